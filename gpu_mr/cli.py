@@ -104,6 +104,18 @@ def read_table(path: str) -> pa.Table:
         raise UsageError(f"cannot read {path!r}: {exc}") from None
 
 
+def read_schema(path: str) -> pa.Schema:
+    """The schema of a table file (Parquet: from its footer, no data read)."""
+    ext = check_readable(path)
+    if ext == ".parquet":
+        import pyarrow.parquet as pq
+        try:
+            return pq.read_schema(path)
+        except (pa.ArrowException, OSError) as exc:
+            raise UsageError(f"cannot read {path!r}: {exc}") from None
+    return read_table(path).schema
+
+
 def write_table(table: pa.Table, path: str) -> None:
     """Write an Arrow table to .parquet or .csv (chosen by extension).
 
@@ -248,7 +260,13 @@ def cmd_explain(args: argparse.Namespace, progress: Progress) -> int:
     import gpu_mr
 
     text = read_query(args.query)
-    plan = gpu_mr.compile(text)
+    specs = parse_table_args(args.table or [])
+    if len(specs) > 1:
+        raise UsageError("explain checks column names against at most one --table")
+    schema = None
+    for _, path in specs:
+        schema = read_schema(path)
+    plan = gpu_mr.compile(text, schema=schema) if schema is not None else gpu_mr.compile(text)
     print(plan.explain())
     return 0
 
@@ -317,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the plan of QUERY.sql (a full SELECT or a bare clause): "
                     "automaton sizes, which DEFINEs are row masks, chosen engine.")
     explain.add_argument("query", metavar="QUERY.sql", help="query file ('-' for stdin)")
+    explain.add_argument("--table", "-t", action="append", metavar="NAME=FILE",
+                         help="check column names and types against this table's schema")
     explain.set_defaults(func=cmd_explain)
 
     demo = sub.add_parser(

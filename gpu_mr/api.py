@@ -1,0 +1,128 @@
+"""The public entry points: match_recognize, sql and compile (DESIGN.md §2).
+
+Each call runs the pipeline one way: parse -> analyze -> choose an engine ->
+sort and partition -> find matches -> assemble measures -> the caller's frame
+kind. Every rejection is a gpu_mr.errors.GpuMrError.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pyarrow as pa
+
+from . import engines, frames
+from .analysis import CheckedQuery, analyze
+from .errors import GpuMrError
+from .measures import assemble
+from .syntax import parse_clause
+
+
+def match_recognize(table, clause: str, engine: str = "auto"):
+    """Run a MATCH_RECOGNIZE clause over a table.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame or pyarrow.Table
+        The input rows; the result has the same kind.
+    clause : str
+        The clause body: what goes between ``MATCH_RECOGNIZE (`` and ``)``.
+    engine : {"auto", "reference", "cpu", "gpu"}
+        ``"auto"`` picks the fastest engine that supports the query.
+
+    Examples
+    --------
+    >>> import pyarrow as pa, gpu_mr
+    >>> t = pa.table({"ts": [1, 2, 3, 4], "price": [5.0, 4.0, 3.0, 6.0]})
+    >>> gpu_mr.match_recognize(t, '''
+    ...     ORDER BY ts
+    ...     MEASURES FIRST(A.ts) AS start_ts, LAST(B.price) AS low, COUNT(*) AS n
+    ...     PATTERN (A B+ C)
+    ...     DEFINE B AS price < PREV(price), C AS price > PREV(price)
+    ... ''').to_pylist()
+    [{'start_ts': 1, 'low': 3.0, 'n': 4}]
+    """
+    _check_text(clause, "clause")
+    arrow, kind = frames.to_arrow(table)
+    return frames.from_arrow(run_clause_on_arrow(arrow, clause, engine=engine), kind)
+
+
+def sql(query: str, engine: str = "auto", **tables):
+    """Run a whole SELECT statement whose FROM holds a MATCH_RECOGNIZE.
+
+    The clause runs in gpu_mr; the rest of the statement runs in DuckDB.
+    Tables are passed by name as keyword arguments (pandas or pyarrow).
+
+    >>> import pyarrow as pa, gpu_mr
+    >>> t = pa.table({"id": [1, 2, 3], "v": [1, 0, 1]})
+    >>> gpu_mr.sql("SELECT m.n FROM t MATCH_RECOGNIZE (ORDER BY id MEASURES COUNT(*) AS n "
+    ...            "PATTERN (A+) DEFINE A AS v > 0) AS m ORDER BY m.n", t=t).to_pylist()
+    [{'n': 1}, {'n': 1}]
+    """
+    _check_text(query, "query")
+    from .outer_sql import run_sql
+    return run_sql(query, tables, engine)
+
+
+def run_clause_on_arrow(table: pa.Table, text: str, *, engine: str = "auto", start: int = 0,
+                        end: Optional[int] = None) -> pa.Table:
+    """Run the clause body ``text[start:end]`` over an Arrow table.
+
+    Error positions refer to the whole ``text`` (used by gpu_mr.sql).
+    """
+    clause = parse_clause(text, start, end)
+    query = analyze(clause, table.schema)
+    chosen = engines.choose(query, engine)
+    data = frames.sort_for_matching(table, query.partition_columns, query.order_keys)
+    matches = chosen.find_matches(query, data)
+    return assemble(query, data, matches)
+
+
+class CompiledQuery:
+    """A parsed and checked clause, ready to explain (and to run)."""
+
+    def __init__(self, text: str, query: CheckedQuery, schema_known: bool):
+        self.text = text
+        self.query = query
+        self.schema_known = schema_known
+
+    def explain(self) -> str:
+        from .explain import explain
+        return explain(self.query, schema_known=self.schema_known)
+
+    def run(self, table, engine: str = "auto"):
+        """Run this clause over ``table`` (pandas or pyarrow)."""
+        return match_recognize(table, self.text, engine=engine)
+
+    def __repr__(self) -> str:
+        return f"<gpu_mr.CompiledQuery {self.query.clause.pattern.to_sql()!r}>"
+
+
+def compile(clause: str, schema: Optional[pa.Schema] = None) -> CompiledQuery:
+    """Parse and check a clause (or a whole SELECT holding one) without data.
+
+    With no ``schema`` every column name is accepted and typed on use;
+    give the input's ``pyarrow.Schema`` (or a table) for full checking.
+
+    >>> import gpu_mr
+    >>> print(gpu_mr.compile("ORDER BY ts PATTERN (A B+) DEFINE B AS p < PREV(p)")
+    ...       .explain().splitlines()[0])
+    pattern: A B+
+    """
+    _check_text(clause, "clause")
+    text, start, end = clause, 0, None
+    from .outer_sql import extract_clause
+    span = extract_clause(clause)
+    if span is not None:
+        start, end = span
+    if schema is not None and not isinstance(schema, pa.Schema):
+        schema = frames.to_arrow(schema)[0].schema
+    parsed = parse_clause(text, start, end)
+    query = analyze(parsed, schema)
+    return CompiledQuery(text[start:end], query, schema_known=schema is not None)
+
+
+def _check_text(value, what: str) -> None:
+    if not isinstance(value, str):
+        raise GpuMrError(f"the {what} must be a string of SQL, not {type(value).__name__}",
+                         code="bad_argument")

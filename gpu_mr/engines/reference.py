@@ -1,0 +1,266 @@
+"""The reference engine: SQL:2016 row pattern matching, straight from the rules.
+
+What: for each partition, starting at its first row, find the preferred
+match at the current row, record it, and move on per AFTER MATCH SKIP (after
+an empty match or no match: the next row). "The preferred match" is the
+first complete path in preferment order (greedy: more iterations first,
+reluctant: fewer, alternation: left first, PERMUTE: lexicographic), with
+every DEFINE evaluated on the path so far (interpreter.py).
+
+How: the candidate paths are enumerated in preferment order by a Pike VM
+over the priority-ordered NFA (pattern/nfa.py): threads advance row by row,
+kept in priority order; when a thread accepts, lower-priority threads are
+dropped and higher ones go on (they would be preferred if they accept later).
+This is backtracking in preferment order without re-exploring equivalent
+paths: two threads in the same NFA state at the same row are merged (the
+higher-priority one kept) when nothing they carry can make their futures
+differ: always when every DEFINE is row-local (then DEFINE results are
+also cached per row), else only when their paths assigned the same
+variables to the same rows. After a search that found nothing, its threads
+are remembered as dead so later searches skip them (row-local DEFINEs only),
+which keeps patterns like ``(A|A)*B`` linear per search.
+Bounds: a search that needs more than SEARCH_STEP_LIMIT thread steps, or
+more than THREAD_LIMIT live threads (only possible with state-dependent
+DEFINEs on ambiguous patterns), stops with a SearchLimitError rather than
+running for hours; docs/semantics.md says so.
+Cost: O(rows x NFA states) per search for row-local queries.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..analysis import CheckedQuery
+from ..errors import MatchRuntimeError, SearchLimitError
+from ..frames import SortedInput
+from ..interpreter import Interpreter, MatchView
+from ..pattern.nfa import (ASSERT_END, ASSERT_START, CONSUME, EPS, MATCH, SPLIT, Program,
+                           compile_nfa)
+from ..syntax import ast as A
+from ..syntax import types as T
+from .base import Match
+
+# Enough for every test and for tens of thousands of rows of state-dependent
+# matching; a search beyond it is almost surely an exponential pattern.
+SEARCH_STEP_LIMIT = 50_000_000
+THREAD_LIMIT = 200_000
+
+
+class ReferenceEngine:
+    name = "reference"
+
+    def supports(self, query: CheckedQuery) -> Optional[str]:
+        return None
+
+    def find_matches(self, query: CheckedQuery, data: SortedInput) -> list:
+        program = compile_nfa(query.pattern, query.primary_vars)
+        columns = {name: T.arrow_values(data.table.column(name), t)
+                   for name, t in query.column_types.items()
+                   if name in _referenced_columns(query)}
+        interp = Interpreter(query, columns)
+        matches: list[Match] = []
+        offsets = data.partition_offsets
+        for part in range(len(offsets) - 1):
+            lo, hi = int(offsets[part]), int(offsets[part + 1])
+            matches.extend(_PartitionMatcher(query, program, interp, part, lo, hi).run())
+        return matches
+
+
+def _referenced_columns(query: CheckedQuery) -> set:
+    names = set()
+    exprs = list(query.defines.values()) + [m.expr for m in query.measures]
+    for e in exprs:
+        for n in e.walk():
+            if isinstance(n, A.ColumnRef):
+                names.add(n.resolved)
+    return names
+
+
+class _PartitionMatcher:
+    def __init__(self, query: CheckedQuery, program: Program, interp: Interpreter,
+                 part: int, lo: int, hi: int):
+        self.q = query
+        self.prog = program.insts
+        self.start_state = program.start
+        self.interp = interp
+        self.part = part
+        self.lo, self.hi = lo, hi
+        self.var_ids = {name: i for i, name in enumerate(query.primary_vars)}
+        self.define_of = [query.defines.get(name) for name in query.primary_vars]
+        self.row_local = not query.history_dependent
+        self.uses_match_number = any(isinstance(n, A.MatchNumber)
+                                     for e in query.defines.values() for n in e.walk())
+        self.cache: dict = {}
+        self.dead: set = set()
+        self.steps = 0
+
+    # --------------------------------------------------------------- driver
+    def run(self) -> list:
+        matches = []
+        pos, number = self.lo, 0
+        while pos < self.hi:
+            found = self.search(pos, number + 1)
+            if found is None:
+                pos += 1
+                continue
+            end_exclusive, labels, excluded = found
+            number += 1
+            m = Match(self.part, number, pos, end_exclusive - 1, labels, excluded)
+            matches.append(m)
+            pos = pos + 1 if m.is_empty else self.resume_row(m)
+        return matches
+
+    def resume_row(self, m: Match) -> int:
+        skip = self.q.skip
+        if skip.kind == "PAST_LAST_ROW":
+            return m.end + 1
+        if skip.kind == "NEXT_ROW":
+            return m.start + 1
+        ids = self.interp.var_sets[skip.var]
+        rows = [m.start + i for i, v in enumerate(m.labels) if v in ids]
+        if not rows:
+            raise MatchRuntimeError(
+                f"AFTER MATCH SKIP TO {skip.kind} {skip.var}: match {m.number} (rows "
+                f"{m.start - self.lo + 1} to {m.end - self.lo + 1} of its partition) has no row "
+                f"mapped to {skip.var}", code="skip_to_missing_variable",
+                partition=self.part, row=m.start)
+        target = rows[0] if skip.kind == "FIRST" else rows[-1]
+        if target == m.start:
+            raise MatchRuntimeError(
+                f"AFTER MATCH SKIP TO {skip.kind} {skip.var} lands on the first row of match "
+                f"{m.number} (row {m.start - self.lo + 1} of its partition); matching would "
+                f"loop forever", code="skip_to_first_row", partition=self.part, row=m.start)
+        return target
+
+    # --------------------------------------------------------------- search
+    def search(self, start: int, match_number: int):
+        """The preferred match starting at ``start``: (end exclusive, labels,
+        excluded), or None."""
+        # Paths are hash-consed: equal ids mean equal (row -> variable,
+        # excluded) assignments. Label ids ignore exclusion; they decide merging.
+        path_parent, path_var, path_excl = [-1], [-1], [False]
+        path_index: dict = {}
+        label_of_path = [0]
+        label_index: dict = {}
+        self.match_number = match_number
+        visited: list = []
+
+        def extend(path: int, var: int, excluded: bool) -> int:
+            key = (path, var, excluded)
+            pid = path_index.get(key)
+            if pid is None:
+                pid = len(path_parent)
+                path_index[key] = pid
+                path_parent.append(path)
+                path_var.append(var)
+                path_excl.append(excluded)
+                lkey = (label_of_path[path], var)
+                lid = label_index.get(lkey)
+                if lid is None:
+                    lid = len(label_index) + 1
+                    label_index[lkey] = lid
+                label_of_path.append(lid)
+            return pid
+
+        def labels_of(path: int) -> list:
+            out = []
+            while path > 0:
+                out.append(path_var[path])
+                path = path_parent[path]
+            out.reverse()
+            return out
+
+        best = None
+        threads: list = []
+        seen: set = set()
+        self.closure(self.start_state, 0, start, threads, seen, label_of_path)
+        q = start
+        while threads:
+            visited.extend((s, q) for s, _ in threads)
+            nxt: list = []
+            seen = set()
+            for state, path in threads:
+                inst = self.prog[state]
+                if inst.op == MATCH:
+                    best = (q, path)
+                    break
+                if q >= self.hi:
+                    continue
+                self.steps += 1
+                if self.steps > SEARCH_STEP_LIMIT:
+                    raise SearchLimitError(
+                        f"the reference engine gave up after {SEARCH_STEP_LIMIT} search steps "
+                        f"(partition {self.part}, match starting at row "
+                        f"{start - self.lo + 1}); the pattern is ambiguous and the DEFINE "
+                        f"conditions depend on the match so far", partition=self.part, row=start)
+                if self.holds(inst.var, q, start, path, labels_of):
+                    self.closure(inst.out, extend(path, inst.var, inst.excluded), q + 1, nxt,
+                                 seen, label_of_path)
+            if len(nxt) > THREAD_LIMIT:
+                raise SearchLimitError(
+                    f"the reference engine gave up: more than {THREAD_LIMIT} distinct partial "
+                    f"matches alive at once (partition {self.part}, match starting at row "
+                    f"{start - self.lo + 1})", partition=self.part, row=start)
+            threads = nxt
+            q += 1
+        if best is None:
+            if self.row_local and not self.uses_match_number:
+                self.dead.update(visited)
+            return None
+        end, path = best
+        labels, excluded = [], []
+        while path > 0:
+            labels.append(path_var[path])
+            excluded.append(path_excl[path])
+            path = path_parent[path]
+        labels.reverse()
+        excluded.reverse()
+        return end, tuple(labels), tuple(excluded)
+
+    def closure(self, state: int, path: int, q: int, out: list, seen: set,
+                label_of_path: list) -> None:
+        """Add the CONSUME/MATCH states reachable from ``state`` by epsilon
+        edges at position ``q`` to ``out``, in priority order, each once."""
+        merge_key = None if self.row_local else label_of_path[path]
+        stack = [state]
+        while stack:
+            s = stack.pop()
+            key = (s, merge_key)
+            if key in seen:
+                continue
+            seen.add(key)
+            inst = self.prog[s]
+            op = inst.op
+            if op == SPLIT:
+                stack.append(inst.out2)
+                stack.append(inst.out)
+            elif op == EPS:
+                stack.append(inst.out)
+            elif op == ASSERT_START:
+                if q == self.lo:
+                    stack.append(inst.out)
+            elif op == ASSERT_END:
+                if q == self.hi:
+                    stack.append(inst.out)
+            elif op == CONSUME and self.row_local and (s, q) in self.dead:
+                continue
+            else:
+                out.append((s, path))
+
+    def holds(self, var: int, row: int, start: int, path: int, labels_of) -> bool:
+        """Whether DEFINE of ``var`` is true at ``row`` on this path."""
+        expr = self.define_of[var]
+        if expr is None:
+            return True
+        if self.row_local:
+            key = (var, row, self.match_number if self.uses_match_number else 0)
+            hit = self.cache.get(key)
+            if hit is None:
+                view = MatchView(self.lo, self.hi, row, [var], row, row, row, self.match_number)
+                hit = self.interp.eval(expr, view) is True
+                self.cache[key] = hit
+            return hit
+        labels = labels_of(path)
+        labels.append(var)
+        view = MatchView(self.lo, self.hi, start, labels, row, row, row, self.match_number)
+        return self.interp.eval(expr, view) is True

@@ -1,0 +1,47 @@
+"""Human-readable plan of a checked query: ``gpu_mr.compile(...).explain()``.
+
+Shows the pattern after desugaring, the NFA program, each DEFINE with
+whether it is row-local (a mask the fast engines compute once per row) or
+depends on the match so far (needs the register fallback), the measures
+with their types, the output columns and the engine ``auto`` would pick.
+"""
+
+from __future__ import annotations
+
+from . import engines
+from .analysis import CheckedQuery, _history_dependent
+from .pattern.nfa import compile_nfa, desugar
+
+
+def explain(query: CheckedQuery, schema_known: bool = True) -> str:
+    program = compile_nfa(query.pattern, query.primary_vars)
+    lines = [f"pattern: {query.pattern.to_sql()}"]
+    expanded = desugar(query.pattern).to_sql()
+    if expanded != query.pattern.to_sql():
+        lines.append(f"desugared: {expanded}")
+    lines.append(f"variables: {', '.join(query.primary_vars) or '(none)'}")
+    for name, members in query.subsets.items():
+        lines.append(f"subset {name} = ({', '.join(members)})")
+    lines.append("define:")
+    for name in query.primary_vars:
+        expr = query.defines.get(name)
+        if expr is None:
+            lines.append(f"  {name}: TRUE (not in DEFINE)")
+            continue
+        kind = "depends on the match so far" if _history_dependent(expr, name) else "row-local"
+        lines.append(f"  {name}: {expr.to_sql()}  [{kind}]")
+    lines.append(f"rows per match: {query.rows_per_match}"
+                 + ("" if query.rows_per_match == "ONE" else f" ({query.empty_matches})"))
+    lines.append(f"after match: {query.skip.to_sql()}")
+    lines.append("measures:" if query.measures else "measures: (none)")
+    for m in query.measures:
+        lines.append(f"  {m.name} {m.type.sql_name()} = {m.expr.to_sql()}")
+    if schema_known:
+        lines.append("output: " + ", ".join(f"{f.name} {f.type}" for f in query.output_schema))
+    else:
+        lines.append("output: (column types known once a table or schema is given)")
+    lines.append(f"nfa: {len(program.insts)} states")
+    lines += ["  " + line for line in program.dump().splitlines()]
+    engine = engines.choose(query, "auto")
+    lines.append(f"engine (auto): {engine.name}")
+    return "\n".join(lines)

@@ -1,0 +1,440 @@
+"""Frames: tables in and out, and the sort that puts rows in matching order.
+
+What: converts the caller's table (pyarrow Table or RecordBatch, pandas
+DataFrame; cuDF is recognised by module name and, until the device path
+lands, goes through host memory) to a pyarrow Table and a result
+back to the caller's kind, and sorts rows by PARTITION BY then ORDER BY keys,
+returning the partition offsets every engine scans by.
+Why here: one module knows about data-frame libraries, NULL placement, NaN
+ordering and type quirks, so engines only ever see an Arrow table in matching
+order plus ``partition_offsets``.
+Cost: the sortedness check reads each key column once (vectorised comparisons
+of adjacent rows) and stops at the first key that proves disorder; when the
+input is already in order no sort and no copy happen. Otherwise one stable
+multi-key Arrow sort (O(n log n)) and one ``take`` of every column. Partition
+offsets are one vectorised pass over the partition keys. No Python loop runs
+per row anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import DataError
+
+__all__ = ["SortedInput", "to_arrow", "from_arrow", "sort_for_matching"]
+
+
+# --------------------------------------------------------------------------
+# In and out
+# --------------------------------------------------------------------------
+
+def _module_of(obj: object) -> str:
+    return type(obj).__module__.split(".")[0]
+
+
+def _is_pandas(obj: object) -> bool:
+    if _module_of(obj) != "pandas":
+        return False
+    import pandas as pd
+    return isinstance(obj, pd.DataFrame)
+
+
+def _is_cudf(obj: object) -> bool:
+    # Checked by module name so that cudf is never imported on machines
+    # without a GPU.
+    return _module_of(obj) == "cudf" and type(obj).__name__ == "DataFrame"
+
+
+_ACCEPTED = "pyarrow.Table, pyarrow.RecordBatch, pandas.DataFrame or cudf.DataFrame"
+
+
+def to_arrow(table: object) -> tuple[pa.Table, str]:
+    """Convert an input table to a pyarrow Table and name its kind.
+
+    Parameters
+    ----------
+    table : pyarrow.Table, pyarrow.RecordBatch, pandas.DataFrame or cudf.DataFrame
+        The input. A pandas index is dropped (``preserve_index=False``); the
+        pandas schema metadata is dropped as well, so results never depend on
+        it. Chunked Arrow columns are kept as they are.
+
+    Returns
+    -------
+    (pyarrow.Table, str)
+        The table and its kind: ``"arrow"``, ``"pandas"`` or ``"cudf"``; pass
+        the kind to :func:`from_arrow` to return a result of the same kind.
+
+    Raises
+    ------
+    DataError
+        For any other type, for duplicate column names, for non-string pandas
+        column names, and for pandas columns Arrow cannot convert.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> t, kind = to_arrow(pd.DataFrame({"x": [1, 2]}))
+    >>> kind, t.column_names, t.num_rows
+    ('pandas', ['x'], 2)
+    """
+    if isinstance(table, pa.Table):
+        out, kind = table, "arrow"
+    elif isinstance(table, pa.RecordBatch):
+        out, kind = pa.Table.from_batches([table]), "arrow"
+    elif _is_pandas(table):
+        out, kind = _pandas_to_arrow(table), "pandas"
+    elif _is_cudf(table):
+        # Host round trip until the device pipeline takes cuDF directly.
+        out, kind = table.to_arrow(), "cudf"
+    else:
+        raise DataError(
+            f"unsupported input table type {type(table).__module__}."
+            f"{type(table).__qualname__}; expected {_ACCEPTED}",
+            code="unsupported_table_type")
+    _check_unique_names(out.column_names)
+    if out.schema.metadata:
+        out = out.replace_schema_metadata(None)
+    return out, kind
+
+
+def _check_unique_names(names: Sequence[str]) -> None:
+    seen: set[str] = set()
+    dups = []
+    for name in names:
+        if name in seen and name not in dups:
+            dups.append(name)
+        seen.add(name)
+    if dups:
+        raise DataError(
+            f"duplicate column names in input table: {', '.join(map(repr, dups))}; "
+            "rename them so that every column name is unique",
+            column=dups[0], code="duplicate_column")
+
+
+def _pandas_to_arrow(df) -> pa.Table:
+    names = list(df.columns)
+    bad = [n for n in names if not isinstance(n, str)]
+    if bad:
+        raise DataError(
+            "pandas column names must be strings; got "
+            + ", ".join(f"{n!r} ({type(n).__name__})" for n in bad[:5])
+            + ("" if len(bad) <= 5 else f" and {len(bad) - 5} more")
+            + "; rename them, e.g. df.columns = df.columns.map(str)",
+            code="bad_column_name")
+    _check_unique_names(names)
+    try:
+        return pa.Table.from_pandas(df, preserve_index=False)
+    except (pa.ArrowException, ValueError, TypeError) as exc:
+        # Find the column at fault (one conversion per column, not per row).
+        for i, name in enumerate(names):
+            try:
+                pa.array(df.iloc[:, i], from_pandas=True)
+            except (pa.ArrowException, ValueError, TypeError) as col_exc:
+                raise DataError(
+                    f"cannot convert pandas column {name!r} to Arrow: {col_exc}",
+                    column=name, code="unconvertible_column") from None
+        raise DataError(f"cannot convert pandas DataFrame to Arrow: {exc}",
+                        code="unconvertible_table") from None
+
+
+# Arrow integer types -> pandas nullable dtype names.
+_NULLABLE_INT = {
+    pa.int8(): "Int8", pa.int16(): "Int16", pa.int32(): "Int32", pa.int64(): "Int64",
+    pa.uint8(): "UInt8", pa.uint16(): "UInt16", pa.uint32(): "UInt32",
+    pa.uint64(): "UInt64",
+}
+
+
+def _pandas_column(col: pa.ChunkedArray):
+    """Convert one column where pandas' default conversion would change
+    values; return None to keep the default."""
+    import pandas as pd
+    t = col.type
+    if col.null_count and t in _NULLABLE_INT:
+        return pd.api.types.pandas_dtype(_NULLABLE_INT[t]).__from_arrow__(col)
+    if col.null_count and pa.types.is_boolean(t):
+        return pd.BooleanDtype().__from_arrow__(col)
+    if (pa.types.is_list(t) or pa.types.is_large_list(t)
+            or pa.types.is_fixed_size_list(t)
+            or (hasattr(pa.types, "is_list_view") and pa.types.is_list_view(t))
+            or (hasattr(pa.types, "is_large_list_view")
+                and pa.types.is_large_list_view(t))):
+        values = np.empty(len(col), dtype=object)
+        values[:] = col.to_pylist() if len(col) else []
+        return values
+    return None
+
+
+def _arrow_to_pandas(result: pa.Table):
+    import pandas as pd
+    df = result.to_pandas(ignore_metadata=True)
+    for i in range(result.num_columns):
+        replaced = _pandas_column(result.column(i))
+        if replaced is not None:
+            df.isetitem(i, pd.Series(replaced, index=df.index, copy=False))
+    return df
+
+
+def from_arrow(result: pa.Table, kind: str):
+    """Convert a result table back to the kind of the input.
+
+    Parameters
+    ----------
+    result : pyarrow.Table
+    kind : str
+        ``"arrow"``, ``"pandas"`` or ``"cudf"`` (as returned by :func:`to_arrow`).
+
+    Returns
+    -------
+    pyarrow.Table, pandas.DataFrame or cudf.DataFrame
+        For pandas, values never change: integer and boolean columns holding
+        NULLs become the nullable dtypes (``Int64``, ``UInt8``, ...,
+        ``boolean``) rather than float or object; the same columns without
+        NULLs keep the numpy dtypes (``int64``, ``bool``). Floats use NaN for
+        NULL (pandas' own convention). Timestamps keep their unit and time
+        zone, strings get pandas' default string dtype, list columns (from
+        ARRAY_AGG) hold Python lists, decimals ``decimal.Decimal`` and dates
+        ``datetime.date``.
+
+    Examples
+    --------
+    >>> df = from_arrow(pa.table({"n": pa.array([1, None])}), "pandas")
+    >>> str(df["n"].dtype)
+    'Int64'
+    """
+    if kind == "arrow":
+        return result
+    if kind == "pandas":
+        return _arrow_to_pandas(result)
+    if kind == "cudf":
+        import cudf  # only reached when the input was a cudf.DataFrame
+        return cudf.DataFrame.from_arrow(result)
+    raise ValueError(f"unknown table kind {kind!r}")  # internal misuse
+
+
+# --------------------------------------------------------------------------
+# Sorting into matching order
+# --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SortedInput:
+    """Rows in matching order and where each partition starts.
+
+    Attributes
+    ----------
+    table : pyarrow.Table
+        All columns, rows sorted by partition keys then order keys.
+    partition_offsets : numpy.ndarray
+        int64, length ``n_partitions + 1``; partition ``p`` holds rows
+        ``offsets[p]:offsets[p + 1]``. Starts with 0 and ends with
+        ``num_rows``; an empty table gives ``[0]``.
+    source_rows : numpy.ndarray
+        int64, position in ``table`` -> row index in the input.
+    was_sorted : bool
+        True when the input was already in order and no sort happened
+        (``table`` is then the input itself and ``source_rows`` an arange).
+    """
+
+    table: pa.Table
+    partition_offsets: np.ndarray
+    source_rows: np.ndarray
+    was_sorted: bool
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self.partition_offsets) - 1
+
+
+def _key_array(table: pa.Table, name: str) -> pa.Array:
+    """One key column as a single, comparable Arrow array."""
+    if name not in table.column_names:
+        raise DataError(
+            f"column {name!r} not found in input table; available columns: "
+            + ", ".join(map(repr, table.column_names)),
+            column=name, code="unknown_column")
+    col = table.column(name)
+    t = col.type
+    if pa.types.is_dictionary(t):
+        col = col.cast(t.value_type)
+        t = t.value_type
+    if pa.types.is_float16(t):
+        try:
+            col = col.cast(pa.float32())
+        except pa.ArrowException as exc:
+            raise DataError(f"cannot sort by float16 column {name!r}: {exc}",
+                            column=name, code="unsortable_key") from None
+        t = pa.float32()
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t)
+            or pa.types.is_boolean(t) or pa.types.is_string(t)
+            or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t) or pa.types.is_temporal(t)
+            or pa.types.is_decimal(t) or pa.types.is_null(t)
+            or (hasattr(pa.types, "is_string_view") and pa.types.is_string_view(t))):
+        raise DataError(
+            f"cannot partition or order by column {name!r} of type {t}; keys must "
+            "be numbers, booleans, strings, dates, times, timestamps or decimals",
+            column=name, code="unsortable_key")
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _has_nan(arr: pa.Array) -> bool:
+    return (pa.types.is_floating(arr.type)
+            and bool(pc.any(pc.is_nan(arr)).as_py() or False))
+
+
+def _spec_for_key(arr: pa.Array, ascending: bool, nulls_first: bool
+                  ) -> list[tuple[pa.Array, bool]]:
+    """Expand one key into (array, ascending) columns with no NULL or NaN
+    ambiguity: an is-null helper puts NULLs where asked, an is-NaN helper puts
+    NaN above every number; the value column then only decides between
+    ordinary values (NULL and NaN rows are already separated)."""
+    n = len(arr)
+    if n == 0 or arr.null_count == n:
+        return []                           # constant key: no effect on order
+    spec: list[tuple[pa.Array, bool]] = []
+    if arr.null_count:
+        spec.append((pc.is_valid(arr) if nulls_first else pc.is_null(arr), True))
+    if _has_nan(arr):
+        spec.append((pc.fill_null(pc.is_nan(arr), False), ascending))
+    spec.append((arr, ascending))
+    return spec
+
+
+def _adjacent_order(arr: pa.Array, ascending: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(before, after): row i strictly before / after row i+1 under this key.
+    NULL and NaN compare as undecided (helpers decide those rows)."""
+    x, y = arr.slice(0, len(arr) - 1), arr.slice(1)
+    lt = pc.fill_null(pc.less(x, y), False).to_numpy(zero_copy_only=False)
+    gt = pc.fill_null(pc.greater(x, y), False).to_numpy(zero_copy_only=False)
+    return (lt, gt) if ascending else (gt, lt)
+
+
+def _is_sorted(spec: list[tuple[pa.Array, bool]], n: int) -> bool:
+    """Vectorised lexicographic check of adjacent rows; ties are in order
+    (the sort is stable, so equal rows keep input order anyway)."""
+    if n < 2:
+        return True
+    undecided = np.ones(n - 1, dtype=bool)
+    for arr, ascending in spec:
+        before, after = _adjacent_order(arr, ascending)
+        if np.any(after & undecided):
+            return False
+        undecided &= ~(before | after)
+        if not undecided.any():
+            break
+    return True
+
+
+def _partition_offsets(keys: list[pa.Array], n: int) -> np.ndarray:
+    """Offsets where any partition key changes between adjacent sorted rows.
+    NULL equals NULL and NaN equals NaN here, as in GROUP BY."""
+    if n == 0:
+        return np.zeros(1, dtype=np.int64)
+    changed = np.zeros(n - 1, dtype=bool)
+    for arr in keys:
+        if n < 2 or arr.null_count == n:
+            continue
+        x, y = arr.slice(0, n - 1), arr.slice(1)
+        ne = pc.fill_null(pc.not_equal(x, y), False).to_numpy(zero_copy_only=False)
+        if pa.types.is_floating(arr.type):
+            isnan = pc.fill_null(pc.is_nan(arr), False).to_numpy(zero_copy_only=False)
+            ne &= ~(isnan[:-1] & isnan[1:])
+        if arr.null_count:
+            isnull = pc.is_null(arr).to_numpy(zero_copy_only=False)
+            ne |= isnull[:-1] != isnull[1:]
+        changed |= ne
+    bounds = np.flatnonzero(changed).astype(np.int64) + 1
+    return np.concatenate(([0], bounds, [n])).astype(np.int64)
+
+
+def sort_for_matching(table: pa.Table,
+                      partition_columns: Sequence[str],
+                      order_keys: Sequence[tuple[str, bool, bool]]) -> SortedInput:
+    """Put rows in matching order and find the partitions.
+
+    Rows are sorted by the partition columns (ascending, NULLs last; rows whose
+    partition key is NULL form a partition of their own, NULL equalling NULL
+    as in GROUP BY) and then by the order keys. The sort is **stable**: rows
+    that tie on every key keep their input order (Arrow documents
+    ``sort_indices`` as stable; the tests check it), which is the documented
+    tiebreak for ORDER BY ties.
+
+    Ordering rules per key: ``ascending`` picks ASC/DESC; ``nulls_first``
+    places NULLs before or after every other value, independently for each
+    key. Floating-point NaN is treated as greater than every number (as in
+    Trino and PostgreSQL): after all numbers in ASC, before them in DESC,
+    and always on the non-NULL side of the NULL placement (so ``ASC NULLS
+    LAST`` gives numbers, NaN, NULL). ``-0.0`` equals ``0.0``. Strings compare
+    by UTF-8 bytes (code point order); dictionary-encoded keys by their
+    values.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+    partition_columns : sequence of str
+    order_keys : sequence of (column, ascending, nulls_first)
+
+    Returns
+    -------
+    SortedInput
+        When the input is already in order (checked with vectorised
+        comparisons of adjacent rows), ``was_sorted`` is True, the table is
+        returned unchanged and ``source_rows`` is ``arange(num_rows)``.
+
+    Raises
+    ------
+    DataError
+        For an unknown column (the analyzer normally catches these first) or
+        a column type that cannot be ordered (lists, structs, ...).
+
+    Examples
+    --------
+    >>> t = pa.table({"k": ["b", "a", "b"], "ts": [2, 1, 1]})
+    >>> s = sort_for_matching(t, ["k"], [("ts", True, False)])
+    >>> s.table.column("ts").to_pylist(), s.partition_offsets.tolist()
+    ([1, 1, 2], [0, 1, 3])
+    >>> s.source_rows.tolist(), s.was_sorted
+    ([1, 2, 0], False)
+    """
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    n = table.num_rows
+    part_arrays = [_key_array(table, name) for name in partition_columns]
+    order_arrays = [(_key_array(table, name), bool(asc), bool(nf))
+                    for name, asc, nf in order_keys]
+
+    spec: list[tuple[pa.Array, bool]] = []
+    for arr in part_arrays:
+        spec += _spec_for_key(arr, True, False)
+    for arr, asc, nf in order_arrays:
+        spec += _spec_for_key(arr, asc, nf)
+
+    try:
+        in_order = _is_sorted(spec, n)
+    except pa.ArrowNotImplementedError as exc:
+        raise DataError(f"cannot compare key values: {exc}",
+                        code="unsortable_key") from None
+    if in_order:
+        return SortedInput(table, _partition_offsets(part_arrays, n),
+                           np.arange(n, dtype=np.int64), True)
+
+    key_table = pa.table({f"k{i}": arr for i, (arr, _) in enumerate(spec)})
+    sort_keys = [(f"k{i}", "ascending" if asc else "descending")
+                 for i, (_, asc) in enumerate(spec)]
+    try:
+        indices = pc.sort_indices(key_table, sort_keys=sort_keys)
+    except pa.ArrowNotImplementedError as exc:
+        raise DataError(f"cannot sort by the given keys: {exc}",
+                        code="unsortable_key") from None
+    source_rows = indices.to_numpy().astype(np.int64, copy=False)
+    sorted_table = table.take(indices)
+    sorted_parts = [arr.take(indices) for arr in part_arrays]
+    return SortedInput(sorted_table, _partition_offsets(sorted_parts, n),
+                       source_rows, False)
+

@@ -1,0 +1,429 @@
+"""Tests for gpu_mr.frames: conversions in and out, matching-order sort,
+partition offsets. The sort is checked against a naive Python sort (stable by
+construction) on hand-picked and random inputs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import math
+from decimal import Decimal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from gpu_mr.errors import DataError
+from gpu_mr.frames import SortedInput, from_arrow, sort_for_matching, to_arrow
+
+NAN = float("nan")
+
+
+# ---------------------------------------------------------------- naive oracle
+
+def _cmp_values(a, b, ascending, nulls_first):
+    """SQL comparison of two Python values: NULL placed per nulls_first,
+    NaN above every number."""
+    if a is None or b is None:
+        if a is None and b is None:
+            return 0
+        a_first = (a is None) == nulls_first      # NULL placement ignores ASC/DESC
+        return -1 if a_first else 1
+    a_nan = isinstance(a, float) and math.isnan(a)
+    b_nan = isinstance(b, float) and math.isnan(b)
+    if a_nan or b_nan:
+        c = 0 if a_nan and b_nan else (1 if a_nan else -1)
+    else:
+        c = (a > b) - (a < b)
+    return c if ascending else -c
+
+
+def naive_order(rows: list[dict], partition, order) -> list[int]:
+    keys = [(p, True, False) for p in partition] + list(order)
+
+    def cmp(i, j):
+        for name, asc, nf in keys:
+            c = _cmp_values(rows[i][name], rows[j][name], asc, nf)
+            if c:
+                return c
+        return 0
+    return sorted(range(len(rows)), key=functools.cmp_to_key(cmp))
+
+
+def naive_offsets(rows, order, partition) -> list[int]:
+    def key(i):
+        return tuple("NaN" if isinstance(v, float) and math.isnan(v) else v
+                     for v in (rows[i][p] for p in partition))
+    if not order:
+        return [0]
+    out = [0]
+    for pos in range(1, len(order)):
+        if key(order[pos]) != key(order[pos - 1]):
+            out.append(pos)
+    return out + [len(order)]
+
+
+def check(table: pa.Table, partition, order) -> SortedInput:
+    s = sort_for_matching(table, partition, order)
+    rows = table.to_pylist()
+    expected = naive_order(rows, partition, order)
+    assert s.source_rows.dtype == np.int64
+    assert s.partition_offsets.dtype == np.int64
+    assert s.source_rows.tolist() == expected
+    assert s.partition_offsets.tolist() == naive_offsets(rows, expected, partition)
+    assert s.table.to_pylist() == [rows[i] for i in expected] or _nan_equal(
+        s.table.to_pylist(), [rows[i] for i in expected])
+    assert s.was_sorted == (expected == list(range(len(rows))))
+    return s
+
+
+def _nan_equal(a, b):
+    def norm(v):
+        return "NaN" if isinstance(v, float) and math.isnan(v) else v
+    return [{k: norm(v) for k, v in r.items()} for r in a] == \
+        [{k: norm(v) for k, v in r.items()} for r in b]
+
+
+# --------------------------------------------------------------------- sorting
+
+def test_stable_ties_keep_input_order():
+    n = 5000
+    rng = np.random.default_rng(1)
+    t = pa.table({"k": rng.integers(0, 3, n), "ts": rng.integers(0, 5, n),
+                  "row": np.arange(n)})
+    s = check(t, ["k"], [("ts", True, False)])
+    # inside each (k, ts) group, row ids ascend
+    k = s.table.column("k").to_numpy()
+    ts = s.table.column("ts").to_numpy()
+    row = s.table.column("row").to_numpy()
+    same = (k[1:] == k[:-1]) & (ts[1:] == ts[:-1])
+    assert np.all(row[1:][same] > row[:-1][same])
+
+
+def test_stable_on_desc_and_strings():
+    t = pa.table({"s": ["b", "a", "b", "a", "c", "b"], "row": range(6)})
+    s = check(t, [], [("s", False, False)])
+    assert s.table.column("row").to_pylist() == [4, 0, 2, 5, 1, 3]
+
+
+@pytest.mark.parametrize("ascending", [True, False])
+@pytest.mark.parametrize("nulls_first", [True, False])
+def test_null_and_nan_placement(ascending, nulls_first):
+    vals = [1.0, NAN, None, -1.0, NAN, 0.0, None, -0.0, 2.5]
+    t = pa.table({"x": pa.array(vals, pa.float64()), "row": range(len(vals))})
+    s = check(t, [], [("x", ascending, nulls_first)])
+    got = s.table.column("x").to_pylist()
+    kinds = ["null" if v is None else "nan" if math.isnan(v) else "num" for v in got]
+    nums = [v for v in got if v is not None and not math.isnan(v)]
+    assert nums == sorted(nums, reverse=not ascending)
+    order = ["num", "nan"] if ascending else ["nan", "num"]
+    order = (["null"] + order) if nulls_first else (order + ["null"])
+    collapsed = [k for i, k in enumerate(kinds) if i == 0 or kinds[i - 1] != k]
+    assert collapsed == order
+
+
+def test_default_asc_nulls_last_gives_numbers_nan_null():
+    t = pa.table({"x": pa.array([None, NAN, 3.0, 1.0], pa.float32())})
+    s = sort_for_matching(t, [], [("x", True, False)])
+    got = s.table.column("x").to_pylist()
+    assert got[:2] == [1.0, 3.0] and math.isnan(got[2]) and got[3] is None
+
+
+def test_per_key_null_placement_differs():
+    t = pa.table({"a": [1, None, 1, None, 2],
+                  "b": [None, 1, 2, None, None], "row": range(5)})
+    check(t, [], [("a", True, True), ("b", False, False)])
+    check(t, [], [("a", False, False), ("b", True, True)])
+    s = sort_for_matching(t, [], [("a", True, True), ("b", True, False)])
+    assert s.table.column("row").to_pylist() == [1, 3, 2, 0, 4]
+
+
+def test_multi_key_with_desc():
+    t = pa.table({"p": ["x", "y", "x", "y", "x"], "a": [1, 1, 2, 2, 1],
+                  "b": [3.0, 1.0, 2.0, 5.0, 4.0]})
+    s = check(t, ["p"], [("a", False, False), ("b", True, False)])
+    assert s.table.column("b").to_pylist() == [2.0, 3.0, 4.0, 5.0, 1.0]
+    assert s.partition_offsets.tolist() == [0, 3, 5]
+
+
+def test_partition_offsets_with_null_keys():
+    t = pa.table({"p": pa.array([None, "b", None, "a", "b", None]),
+                  "q": pa.array([1, 1, None, 1, 1, None]),
+                  "ts": range(6)})
+    s = check(t, ["p"], [("ts", True, False)])
+    # partitions a, b, NULL (NULLs last, and together)
+    assert s.partition_offsets.tolist() == [0, 1, 3, 6]
+    s = check(t, ["p", "q"], [("ts", True, False)])
+    assert s.partition_offsets.tolist() == [0, 1, 3, 4, 6]
+
+
+def test_partition_offsets_nan_key_is_one_partition():
+    t = pa.table({"p": pa.array([NAN, 1.0, None, NAN, 1.0]), "ts": range(5)})
+    s = check(t, ["p"], [("ts", True, False)])
+    assert s.partition_offsets.tolist() == [0, 2, 4, 5]
+
+
+def test_no_keys_and_empty_table():
+    t = pa.table({"x": [3, 1, 2]})
+    s = sort_for_matching(t, [], [])
+    assert s.was_sorted and s.partition_offsets.tolist() == [0, 3]
+    assert s.source_rows.tolist() == [0, 1, 2]
+    e = pa.table({"x": pa.array([], pa.int64())})
+    s = sort_for_matching(e, ["x"], [("x", True, False)])
+    assert s.partition_offsets.tolist() == [0]
+    assert s.source_rows.tolist() == [] and s.table.num_rows == 0
+    assert s.num_partitions == 0
+
+
+def test_single_row_and_all_null_key():
+    t = pa.table({"x": pa.array([None, None, None], pa.int64()), "y": [3, 1, 2]})
+    s = check(t, ["x"], [("y", True, False)])
+    assert s.partition_offsets.tolist() == [0, 3]
+    s = sort_for_matching(t.slice(0, 1), ["x"], [("y", True, False)])
+    assert s.was_sorted and s.partition_offsets.tolist() == [0, 1]
+
+
+def test_already_sorted_is_detected_and_not_copied():
+    n = 10_000
+    t = pa.table({"p": np.repeat(np.arange(10), n // 10),
+                  "ts": np.tile(np.arange(n // 10), 10), "v": np.arange(n)})
+    s = sort_for_matching(t, ["p"], [("ts", True, False)])
+    assert s.was_sorted
+    assert s.table is t
+    assert s.source_rows.tolist() == list(range(n))
+    assert s.partition_offsets.tolist() == list(range(0, n + 1, n // 10))
+    # one pair out of order at the end
+    ts = np.tile(np.arange(n // 10), 10)
+    ts[-2], ts[-1] = ts[-1], ts[-2]
+    s = sort_for_matching(t.set_column(1, "ts", pa.array(ts)), ["p"],
+                          [("ts", True, False)])
+    assert not s.was_sorted
+    assert s.source_rows[-2:].tolist() == [n - 1, n - 2]
+
+
+def test_sorted_with_ties_nulls_and_desc_is_detected():
+    t = pa.table({"a": pa.array([None, 3, 3, 1, 1, NAN], pa.float64())})
+    assert not sort_for_matching(t, [], [("a", False, True)]).was_sorted
+    t = pa.table({"a": pa.array([None, NAN, 3, 3, 1, 1], pa.float64())})
+    assert sort_for_matching(t, [], [("a", False, True)]).was_sorted
+    assert not sort_for_matching(t, [], [("a", False, False)]).was_sorted
+
+
+def test_chunked_columns():
+    t = pa.Table.from_batches([
+        pa.record_batch({"p": ["b", "a"], "ts": [2, 1]}),
+        pa.record_batch({"p": ["a", "b"], "ts": [0, 1]}),
+    ])
+    assert t.column("p").num_chunks == 2
+    s = check(t, ["p"], [("ts", True, False)])
+    assert s.partition_offsets.tolist() == [0, 2, 4]
+
+
+def test_record_batch_input():
+    b = pa.record_batch({"ts": [2, 1]})
+    s = sort_for_matching(b, [], [("ts", True, False)])
+    assert s.table.column("ts").to_pylist() == [1, 2]
+
+
+def test_dictionary_keys_sort_by_value():
+    # dictionary order (z, a, m) differs from value order
+    d = pa.DictionaryArray.from_arrays(pa.array([0, 1, 2, 1, None, 0], pa.int32()),
+                                       pa.array(["z", "a", "m"]))
+    t = pa.table({"sym": d, "ts": [5, 4, 3, 2, 1, 0]})
+    s = sort_for_matching(t, ["sym"], [("ts", True, False)])
+    assert s.table.column("sym").to_pylist() == ["a", "a", "m", "z", "z", None]
+    assert s.partition_offsets.tolist() == [0, 2, 3, 5, 6]
+    assert pa.types.is_dictionary(s.table.column("sym").type)   # columns untouched
+    s = sort_for_matching(t, [], [("sym", False, True)])
+    assert s.table.column("sym").to_pylist() == [None, "z", "z", "m", "a", "a"]
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+@pytest.mark.parametrize("tz", [None, "UTC", "America/New_York"])
+def test_timestamp_keys(unit, tz):
+    base = dt.datetime(2024, 3, 10, 6, 30)
+    vals = [base + dt.timedelta(hours=h) for h in (3, 1, 2)] + [None]
+    t = pa.table({"ts": pa.array(vals, pa.timestamp(unit, tz=tz))})
+    s = sort_for_matching(t, [], [("ts", True, True)])
+    assert s.source_rows.tolist() == [3, 1, 2, 0]
+    assert s.table.column("ts").type == pa.timestamp(unit, tz=tz)
+
+
+@pytest.mark.parametrize("typ, values", [
+    (pa.int8(), [3, -1, None, 2]), (pa.int16(), [3, -1, None, 2]),
+    (pa.int32(), [3, -1, None, 2]), (pa.int64(), [3, -1, None, 2]),
+    (pa.uint8(), [3, 1, None, 2]), (pa.uint16(), [3, 1, None, 2]),
+    (pa.uint32(), [3, 1, None, 2]), (pa.uint64(), [2**63 + 5, 1, None, 2**63]),
+    (pa.float32(), [3.5, -1.0, None, NAN]), (pa.float64(), [3.5, -1.0, None, NAN]),
+    (pa.bool_(), [True, False, None, True]),
+    (pa.string(), ["b", "a", None, "ä"]), (pa.large_string(), ["b", "a", None, "B"]),
+    (pa.date32(), [dt.date(2020, 1, 3), dt.date(1969, 1, 1), None, dt.date(2020, 1, 1)]),
+    (pa.date64(), [dt.date(2020, 1, 3), dt.date(1969, 1, 1), None, dt.date(2020, 1, 1)]),
+    (pa.decimal128(10, 2), [Decimal("3.10"), Decimal("-1.00"), None, Decimal("3.05")]),
+])
+def test_key_types(typ, values):
+    t = pa.table({"k": pa.array(values, typ), "o": pa.array(values, typ),
+                  "row": range(len(values))})
+    for asc in (True, False):
+        for nf in (True, False):
+            check(t, ["k"], [("o", asc, nf)])
+            check(t, [], [("k", asc, nf), ("row", False, False)])
+
+
+def test_float16_keys():
+    t = pa.table({"h": pa.array(np.array([2.0, 1.0, 3.0], dtype=np.float16))})
+    s = sort_for_matching(t, [], [("h", True, False)])
+    assert s.source_rows.tolist() == [1, 0, 2]
+
+
+def test_unknown_column_is_data_error():
+    t = pa.table({"x": [1]})
+    with pytest.raises(DataError) as ei:
+        sort_for_matching(t, ["nope"], [])
+    assert ei.value.column_name == "nope" and "nope" in str(ei.value)
+    with pytest.raises(DataError, match="zz"):
+        sort_for_matching(t, [], [("zz", True, False)])
+
+
+def test_unsortable_type_is_data_error():
+    t = pa.table({"l": pa.array([[1], [2]])})
+    with pytest.raises(DataError) as ei:
+        sort_for_matching(t, [], [("l", True, False)])
+    assert ei.value.code == "unsortable_key" and ei.value.column_name == "l"
+
+
+_values = st.one_of(st.none(), st.integers(-3, 3).map(float), st.just(NAN),
+                    st.just(-0.0))
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.tuples(st.sampled_from(["a", "b", None]),
+                               _values, st.integers(-2, 2) | st.none()),
+                     max_size=30),
+       asc1=st.booleans(), nf1=st.booleans(), asc2=st.booleans(), nf2=st.booleans(),
+       use_partition=st.booleans())
+def test_random_against_naive(rows, asc1, nf1, asc2, nf2, use_partition):
+    t = pa.table({"p": pa.array([r[0] for r in rows], pa.string()),
+                  "x": pa.array([r[1] for r in rows], pa.float64()),
+                  "y": pa.array([r[2] for r in rows], pa.int64()),
+                  "row": pa.array(range(len(rows)), pa.int64())})
+    partition = ["p"] if use_partition else []
+    check(t, partition, [("x", asc1, nf1), ("y", asc2, nf2)])
+
+
+# ------------------------------------------------------------------ in and out
+
+def test_to_arrow_kinds():
+    t = pa.table({"x": [1]})
+    assert to_arrow(t) == (t, "arrow")
+    out, kind = to_arrow(pa.record_batch({"x": [1]}))
+    assert kind == "arrow" and isinstance(out, pa.Table)
+    out, kind = to_arrow(pd.DataFrame({"x": [1]}, index=[7]))
+    assert kind == "pandas" and out.column_names == ["x"]
+    assert not out.schema.metadata
+
+
+@pytest.mark.parametrize("bad", [[1, 2], {"x": [1]}, np.arange(3), None, "t"])
+def test_to_arrow_rejects_other_types(bad):
+    with pytest.raises(DataError) as ei:
+        to_arrow(bad)
+    assert type(bad).__name__ in str(ei.value)
+    assert "pandas.DataFrame" in str(ei.value)
+
+
+def test_to_arrow_rejects_bad_names():
+    with pytest.raises(DataError, match=r"\b0\b.*int"):
+        to_arrow(pd.DataFrame([[1, 2]], columns=[0, "a"]))
+    with pytest.raises(DataError, match="'a'") as ei:
+        to_arrow(pd.DataFrame([[1, 2]], columns=["a", "a"]))
+    assert ei.value.code == "duplicate_column"
+    dup = pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["x", "x"])
+    with pytest.raises(DataError, match="'x'"):
+        to_arrow(dup)
+
+
+def test_to_arrow_names_unconvertible_column():
+    df = pd.DataFrame({"ok": [1, 2], "mixed": [1, "x"]})
+    with pytest.raises(DataError) as ei:
+        to_arrow(df)
+    assert ei.value.column_name == "mixed"
+
+
+def test_pandas_round_trip_keeps_values():
+    df = pd.DataFrame({
+        "i": pd.array([1, None, 3], "Int64"),
+        "i8": pd.array([1, None, 3], "Int8"),
+        "u": pd.array([1, None, 3], "UInt32"),
+        "plain": [1, 2, 3],
+        "b": pd.array([True, None, False], "boolean"),
+        "bb": [True, False, True],
+        "f": [1.5, None, 2.0],
+        "s": ["a", None, "c"],
+        "ts": pd.to_datetime(["2020-01-01 09:30", None, "2020-01-02 00:00"]).tz_localize("UTC"),
+        "naive": pd.to_datetime(["2020-01-01", "2020-01-02", None]),
+    })
+    table, kind = to_arrow(df)
+    back = from_arrow(table, kind)
+    assert str(back["i"].dtype) == "Int64" and back["i"].tolist()[0] == 1
+    assert back["i"].isna().tolist() == [False, True, False]
+    assert str(back["i8"].dtype) == "Int8"
+    assert str(back["u"].dtype) == "UInt32"
+    assert back["plain"].dtype == np.int64
+    assert str(back["b"].dtype) == "boolean"
+    assert back["b"].tolist()[0] is True or back["b"].tolist()[0] == True  # noqa: E712
+    assert back["bb"].dtype == np.bool_
+    assert back["f"].dtype == np.float64
+    assert back["s"].tolist()[0] == "a" and pd.isna(back["s"][1])
+    assert back["s"].dtype == pd.DataFrame({"s": ["a"]})["s"].dtype
+    assert str(back["ts"].dtype).startswith("datetime64[") and "UTC" in str(back["ts"].dtype)
+    assert back["ts"][0] == pd.Timestamp("2020-01-01 09:30", tz="UTC")
+    assert pd.isna(back["ts"][1])
+    assert back["naive"].dtype.kind == "M"
+
+
+def test_from_arrow_lists_are_python_lists():
+    t = pa.table({"l": pa.array([[1, 2], None, [3, None], []]),
+                  "ls": pa.array([["a"], ["b", None], None, []], pa.large_list(pa.string()))})
+    df = from_arrow(t, "pandas")
+    assert df["l"].tolist() == [[1, 2], None, [3, None], []]
+    assert all(isinstance(v, list) or v is None for v in df["l"])
+    assert df["ls"].tolist() == [["a"], ["b", None], None, []]
+
+
+def test_from_arrow_nullable_from_plain_arrow():
+    t = pa.table({"n": pa.array([1, None], pa.int64()), "m": pa.array([1, 2], pa.int32()),
+                  "b": pa.array([None, True]), "d": pa.array([Decimal("1.5"), None]),
+                  "dd": pa.array([dt.date(2020, 1, 1), None])})
+    df = from_arrow(t, "pandas")
+    assert str(df["n"].dtype) == "Int64"
+    assert df["m"].dtype == np.int32
+    assert str(df["b"].dtype) == "boolean"
+    assert df["d"][0] == Decimal("1.5")
+    assert df["dd"][0] == dt.date(2020, 1, 1)
+
+
+def test_from_arrow_duplicate_names_and_empty():
+    t = pa.Table.from_arrays([pa.array([1, None]), pa.array([None, 2])], names=["x", "x"])
+    df = from_arrow(t, "pandas")
+    assert list(df.columns) == ["x", "x"]
+    assert [str(d) for d in df.dtypes] == ["Int64", "Int64"]
+    e = from_arrow(pa.table({"x": pa.array([], pa.int64()),
+                             "l": pa.array([], pa.list_(pa.int64()))}), "pandas")
+    assert len(e) == 0 and list(e.columns) == ["x", "l"]
+
+
+def test_from_arrow_arrow_is_identity():
+    t = pa.table({"x": [1]})
+    assert from_arrow(t, "arrow") is t
+
+
+def test_sort_keeps_pandas_derived_types():
+    df = pd.DataFrame({"sym": ["b", "a"], "px": pd.array([1, None], "Int64")})
+    t, _ = to_arrow(df)
+    s = sort_for_matching(t, ["sym"], [])
+    assert pc.equal(s.table.column("sym"), pa.chunked_array([["a", "b"]])).to_pylist() \
+        == [True, True]
+    assert s.table.column("px").to_pylist() == [None, 1]
