@@ -310,10 +310,7 @@ class Parser:
         quant = self._parse_quantifier()
         if quant is None:
             return primary
-        lo, hi, greedy, qpos = quant
-        if isinstance(primary, A.PAnchor):
-            raise SqlSyntaxError(f"an anchor '{primary.kind}' cannot be quantified",
-                                 code="quantified_anchor", line=qpos.line, column=qpos.column)
+        lo, hi, greedy, _ = quant
         node = A.PQuant(pos=primary.pos, body=primary, min=lo, max=hi, greedy=greedy)
         if self.tok.is_op("*", "+", "?", "{"):
             self.fail("a pattern element (a quantifier cannot follow a quantifier; "
