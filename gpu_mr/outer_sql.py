@@ -202,11 +202,26 @@ class SqlStatement:
                 "FROM (source MATCH_RECOGNIZE (...) AS alias); for a clause body "
                 "alone use gpu_mr.match_recognize" + hint,
                 code="no_match_recognize")
+        self._check_single_query()
         #: every factor, in text order
         self.sites: tuple[MatchRecognizeSite, ...] = tuple(sites)
         self._withs = self._find_withs()
 
     # -- structure ----------------------------------------------------------
+
+    def _check_single_query(self) -> None:
+        toks = self.tokens
+        first = toks[0]
+        if not (first.is_keyword("SELECT", "WITH", "FROM") or first.is_op("(")):
+            raise _syntax(
+                "gpu_mr.sql runs one query (SELECT ..., WITH ... SELECT ... or "
+                f"FROM ... SELECT ...), not a statement starting with {first.text!r}",
+                first, "not_a_query")
+        for i, tok in enumerate(toks):
+            if tok.is_op(";") and not all(t.is_op(";") or t.kind == EOF
+                                          for t in toks[i + 1:]):
+                raise _syntax("gpu_mr.sql runs one statement; remove everything "
+                              "after this ';'", tok, "multiple_statements")
 
     def _match_parentheses(self) -> dict[int, int]:
         match: dict[int, int] = {}
