@@ -227,7 +227,9 @@ class _Analyzer:
                 raise _err(f"measure name {m.name} is used twice", m.pos, "duplicate_measure")
             seen[key] = m
             expr = _ExprChecker(self, context="MEASURES", defining=None).check(m.expr)
-            mtype = expr.type if expr.type.kind != "UNKNOWN" else T.BIGINT
+            # A bare NULL measure has no type of its own; BIGINT, as Trino does.
+            # Without a schema (compile() alone) types stay unknown until data comes.
+            mtype = expr.type if expr.type.kind != "UNKNOWN" or self.open else T.BIGINT
             out.append(CheckedMeasure(m.name, expr, mtype))
         return out
 

@@ -35,7 +35,8 @@ def explain(query: CheckedQuery, schema_known: bool = True) -> str:
     lines.append(f"after match: {query.skip.to_sql()}")
     lines.append("measures:" if query.measures else "measures: (none)")
     for m in query.measures:
-        lines.append(f"  {m.name} {m.type.sql_name()} = {m.expr.to_sql()}")
+        type_name = "(type known with a schema)" if m.type.kind == "UNKNOWN" else m.type.sql_name()
+        lines.append(f"  {m.name} {type_name} = {m.expr.to_sql()}")
     if schema_known:
         lines.append("output: " + ", ".join(f"{f.name} {f.type}" for f in query.output_schema))
     else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from gpu_mr.errors import AnalysisError, DataError, GpuMrError, SqlSyntaxError
