@@ -246,7 +246,7 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
             (table,) = tables.values()
             result = gpu_mr.match_recognize(table, text, engine=args.engine)
     result = to_arrow(result)
-    progress.note(f"result: {result.num_rows} rows")
+    progress.note(f"result: {result.num_rows} row{'s' if result.num_rows != 1 else ''}")
 
     if args.output:
         with progress.stage(f"writing {args.output}"):

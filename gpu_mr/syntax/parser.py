@@ -135,13 +135,13 @@ class Parser:
         measures: list = []
         rows, empty = "ONE", "SHOW"
         skip = A.SkipTo()
-        if self.at_keywords("PARTITION", "BY"):
-            self.i += 2
-            partition_by.append(self._parse_column_ref("a partition column"))
+        if self.accept_keyword("PARTITION"):
+            self.expect_keyword("BY", "after PARTITION")
+            partition_by.append(self._parse_column_ref("PARTITION BY"))
             while self.accept_op(","):
-                partition_by.append(self._parse_column_ref("a partition column"))
-        if self.at_keywords("ORDER", "BY"):
-            self.i += 2
+                partition_by.append(self._parse_column_ref("PARTITION BY"))
+        if self.accept_keyword("ORDER"):
+            self.expect_keyword("BY", "after ORDER")
             order_by.append(self._parse_sort_key())
             while self.accept_op(","):
                 order_by.append(self._parse_sort_key())
@@ -210,15 +210,31 @@ class Parser:
                 f"clauses go in the order {', '.join(CLAUSE_ORDER)}",
                 code="clause_order", line=t.line, column=t.column)
 
-    def _parse_column_ref(self, what: str) -> A.ColumnRef:
+    def _parse_column_ref(self, clause: str) -> A.ColumnRef:
+        """A PARTITION BY / ORDER BY item: parsed as an expression so that
+        anything but a plain column gets an error saying why."""
         t = self.tok
-        name, quoted, tok = self.parse_name(what)
-        if self.tok.is_op("."):
-            self.fail(f"{what} (an unqualified column name)", self.tok)
-        return A.ColumnRef(pos=self.pos(t), column=tok.value if quoted else tok.text, quoted=quoted)
+        if t.kind not in (IDENT, QIDENT) and not t.is_op("(") and t.kind not in (NUMBER, STRING):
+            self.fail(f"a column name in {clause}")
+        expr = self.parse_expr()
+        if isinstance(expr, A.ColumnRef) and expr.var is None:
+            return expr
+        if any(isinstance(n, (A.Classifier, A.MatchNumber)) for n in expr.walk()):
+            what = "CLASSIFIER()" if any(isinstance(n, A.Classifier) for n in expr.walk()) \
+                else "MATCH_NUMBER()"
+            raise AnalysisError(f"{what} can only be used in MEASURES and DEFINE, not in "
+                                f"{clause}", code="misplaced_function", line=t.line,
+                                column=t.column)
+        if isinstance(expr, A.ColumnRef):
+            raise AnalysisError(f"{clause} takes input column names, not the pattern variable "
+                                f"reference {expr.to_sql()}", code="qualified_column",
+                                line=t.line, column=t.column)
+        raise AnalysisError(f"{clause} accepts column names only, not {expr.to_sql()}; compute "
+                            f"the expression in a subquery", code="expression_key",
+                            line=t.line, column=t.column)
 
     def _parse_sort_key(self) -> A.SortKey:
-        col = self._parse_column_ref("an ORDER BY column")
+        col = self._parse_column_ref("ORDER BY")
         asc = True
         if self.accept_keyword("DESC"):
             asc = False
@@ -300,6 +316,13 @@ class Parser:
         start = self.pos()
         items = []
         while not (self.tok.is_op("|", ")", "-}", ",") or self.tok.kind == EOF):
+            # `DEFINE v AS` / `SUBSET u =` here means PATTERN's ')' is missing
+            # (the words are valid variable names, so look at what follows).
+            if (self.tok.is_keyword("DEFINE") and self.peek().kind in (IDENT, QIDENT)
+                    and self.peek(2).is_keyword("AS")) or (
+                    self.tok.is_keyword("SUBSET") and self.peek().kind in (IDENT, QIDENT)
+                    and self.peek(2).is_op("=")):
+                self.fail("')' to close PATTERN")
             items.append(self._parse_pattern_quantified())
         if not items:
             self.fail("a pattern variable, '(', '^', '$', '{-' or PERMUTE")
@@ -671,18 +694,27 @@ class Parser:
         p = self.pos(t)
         self.advance()   # (
         if name in NAVIGATION:
-            arg = self.parse_expr()
-            offset = self.parse_expr() if self.accept_op(",") else None
-            self.expect_op(")", f"to close {name}")
-            return A.Navigation(pos=p, kind=name, arg=arg, offset=offset)
+            args = self._parse_arguments(name)
+            if not 1 <= len(args) <= 2:
+                raise AnalysisError(f"{name} takes 1 or 2 arguments (a value and an offset), "
+                                    f"not {len(args)}", code="bad_arity", line=t.line,
+                                    column=t.column)
+            return A.Navigation(pos=p, kind=name, arg=args[0],
+                                offset=args[1] if len(args) > 1 else None)
         if name == "CLASSIFIER":
+            args = self._parse_arguments(name)
+            if len(args) > 1 or (args and not (isinstance(args[0], A.ColumnRef)
+                                               and args[0].var is None)):
+                raise AnalysisError("CLASSIFIER takes no argument or one pattern variable",
+                                    code="bad_arity", line=t.line, column=t.column)
             var = None
-            if not self.tok.is_op(")"):
-                var, _, _ = self.parse_name("a pattern variable or ')' in CLASSIFIER")
-            self.expect_op(")", "to close CLASSIFIER")
+            if args:
+                var = args[0].column if args[0].quoted else args[0].column.upper()
             return A.Classifier(pos=p, var=var)
         if name == "MATCH_NUMBER":
-            self.expect_op(")", "(MATCH_NUMBER takes no arguments)")
+            if self._parse_arguments(name):
+                raise AnalysisError("MATCH_NUMBER takes no arguments", code="bad_arity",
+                                    line=t.line, column=t.column)
             return A.MatchNumber(pos=p)
         if name in AGGREGATES:
             return self._parse_aggregate(name, p)
@@ -699,13 +731,17 @@ class Parser:
                 args.append(self.parse_expr())
             self.expect_op(")", f"to close {name}")
             return A.Call(pos=p, name="SUBSTR", args=tuple(args))
+        return A.Call(pos=p, name=name, args=tuple(self._parse_arguments(name)))
+
+    def _parse_arguments(self, name: str) -> list:
+        """The comma-separated arguments after '(' up to and including ')'."""
         args = []
         if not self.tok.is_op(")"):
             args.append(self.parse_expr())
             while self.accept_op(","):
                 args.append(self.parse_expr())
         self.expect_op(")", f"to close {name}")
-        return A.Call(pos=p, name=name, args=tuple(args))
+        return args
 
     def _parse_aggregate(self, name: str, p: A.Pos) -> A.Aggregate:
         if name == "COUNT":

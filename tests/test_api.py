@@ -1,0 +1,116 @@
+"""The public API contract (DESIGN.md §2): kinds in and out, engines, errors."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpu_mr
+from gpu_mr.errors import (AnalysisError, DataError, GpuMrError, SqlSyntaxError,
+                           UnsupportedError)
+
+CLAUSE = """
+    PARTITION BY symbol ORDER BY ts
+    MEASURES FIRST(A.ts) AS start_ts, LAST(B.price) AS low, COUNT(*) AS n
+    PATTERN (A B+ C)
+    DEFINE B AS price < PREV(price), C AS price > PREV(price)
+"""
+
+
+def ticks() -> pd.DataFrame:
+    return pd.DataFrame({
+        "symbol": ["X"] * 5 + ["Y"] * 4,
+        "ts": [1, 2, 3, 4, 5, 1, 2, 3, 4],
+        "price": [5.0, 4.0, 3.0, 6.0, 1.0, 9.0, 8.0, None, 10.0],
+    })
+
+
+def test_pandas_in_pandas_out():
+    out = gpu_mr.match_recognize(ticks(), CLAUSE)
+    assert isinstance(out, pd.DataFrame)
+    assert list(out.columns) == ["symbol", "start_ts", "low", "n"]
+    assert out.to_dict("records") == [{"symbol": "X", "start_ts": 1, "low": 3.0, "n": 4}]
+
+
+def test_arrow_in_arrow_out_and_input_order_does_not_matter():
+    table = pa.Table.from_pandas(ticks(), preserve_index=False)
+    shuffled = table.take(pa.array([8, 3, 0, 5, 1, 7, 2, 6, 4]))
+    a = gpu_mr.match_recognize(table, CLAUSE)
+    b = gpu_mr.match_recognize(shuffled, CLAUSE, engine="reference")
+    assert isinstance(a, pa.Table)
+    assert a.to_pylist() == b.to_pylist()
+
+
+def test_sql_runs_the_outer_statement_in_duckdb():
+    out = gpu_mr.sql("SELECT m.symbol, m.n * 10 AS n10 FROM t MATCH_RECOGNIZE (" + CLAUSE
+                     + ") AS m WHERE m.n > 1 ORDER BY m.symbol", t=ticks())
+    assert out.to_dict("records") == [{"symbol": "X", "n10": 40}]
+
+
+def test_compile_explain_mentions_engine_and_masks():
+    text = gpu_mr.compile(CLAUSE).explain()
+    assert "row-local" in text and "engine (auto): reference" in text
+
+
+def test_unknown_engine_and_unbuilt_engines():
+    with pytest.raises(GpuMrError, match="unknown engine"):
+        gpu_mr.match_recognize(ticks(), CLAUSE, engine="fast")
+    for name in ("cpu", "gpu"):
+        with pytest.raises(UnsupportedError) as info:
+            gpu_mr.match_recognize(ticks(), CLAUSE, engine=name)
+        assert info.value.engine == name
+
+
+def test_bad_arguments_are_gpu_mr_errors():
+    with pytest.raises(GpuMrError):
+        gpu_mr.match_recognize([1, 2, 3], CLAUSE)
+    with pytest.raises(GpuMrError):
+        gpu_mr.match_recognize(ticks(), 42)
+    with pytest.raises(AnalysisError, match="unknown column"):
+        gpu_mr.match_recognize(ticks(), "ORDER BY nope PATTERN (A)")
+
+
+def test_errors_carry_line_and_column():
+    with pytest.raises(SqlSyntaxError) as info:
+        gpu_mr.match_recognize(ticks(), "ORDER BY ts\nPATTERN (A B\nDEFINE A AS price > 1")
+    assert (info.value.line, info.value.column) == (3, 1)
+    with pytest.raises(AnalysisError) as info:
+        gpu_mr.match_recognize(ticks(), "ORDER BY ts\nPATTERN (A)\nDEFINE A AS Q.price > 1")
+    assert (info.value.line, info.value.column) == (3, 13)
+
+
+def test_nullable_integers_survive_the_pandas_round_trip():
+    df = pd.DataFrame({"id": [1, 2, 3], "v": [1, 0, 1]})
+    out = gpu_mr.match_recognize(df, "ORDER BY id MEASURES LAST(B.id) AS b ALL ROWS PER MATCH "
+                                     "PATTERN (A B?) DEFINE A AS v = 1, B AS v = 0")
+    assert str(out["b"].dtype) == "Int64"
+    assert out["b"].isna().tolist() == [True, False, True]
+
+
+def test_integer_overflow_is_a_data_error():
+    t = pa.table({"id": [1, 2], "v": [2**62, 2**62]})
+    with pytest.raises(DataError, match="overflow"):
+        gpu_mr.match_recognize(t, "ORDER BY id MEASURES SUM(v) AS s PATTERN (A+)")
+
+
+FRAGMENTS = ["PARTITION BY", "ORDER BY", "ts", "price", "MEASURES", "AS", "x", ",", "(", ")",
+             "PATTERN", "A", "B", "+", "*", "?", "{", "}", "{-", "-}", "|", "^", "$", "DEFINE",
+             "PREV(", "LAST(", "FIRST(", "COUNT(", "*)", "A.price", "<", "=", "1", "'s'", "NULL",
+             "AND", "OR", "NOT", "SUBSET", "U", "= (A, B)", "AFTER MATCH SKIP", "TO", "NEXT ROW",
+             "ALL ROWS PER MATCH", "ONE ROW PER MATCH", "CASE WHEN", "THEN", "END", "CAST(",
+             "DECIMAL(3,1)", "INTERVAL '1' DAY", "RUNNING", "FINAL", "CLASSIFIER()", "\n", "--c\n",
+             "/*", "\"q\"", "1.5", "-", "/", "MATCH_NUMBER()", "PERMUTE(", "()"]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(FRAGMENTS), max_size=25))
+def test_no_internal_exception_escapes_on_garbage(fragments):
+    """Whatever the text, the library answers with a result or a GpuMrError."""
+    text = " ".join(fragments)
+    try:
+        gpu_mr.match_recognize(ticks().head(4), text)
+    except GpuMrError:
+        pass
