@@ -54,6 +54,11 @@ _RESERVED = frozenset("""
 _INTERNAL_PREFIX = "__gpu_mr_"
 
 
+# Words after which a name followed by `(` is a table function, not an alias.
+_CLAUSE_WORDS = ("FROM", "JOIN", "LATERAL", "ON", "USING", "SELECT", "WHERE", "AND", "OR",
+                 "AS", "IN", "EXISTS", "NOT")
+
+
 def _is_name(tok: Token) -> bool:
     """An identifier usable as a table name or alias."""
     return tok.kind == QIDENT or (tok.kind == IDENT and tok.upper not in _RESERVED)
@@ -273,7 +278,12 @@ class SqlStatement:
         if i < 0:
             raise _syntax(expected, kw, "expected_source")
         src = toks[i]
-        if src.is_op(")"):
+        derived = self._derived_column_list(i) if src.is_op(")") else None
+        if derived is not None:
+            # `source [AS] alias(col, ...)`: DuckDB renames the columns
+            kind, s0, s1, stok, start = ("function", toks[derived].start, src.end,
+                                         toks[derived], toks[derived].start)
+        elif src.is_op(")"):
             open_ = self._match[i]
             before = toks[open_ - 1] if open_ > 0 else None
             if before is not None and _is_name(before) and before.kind == IDENT and not (
@@ -297,6 +307,30 @@ class SqlStatement:
             raise _syntax(expected, kw, "expected_source")
         return MatchRecognizeSite(start, end, kw, body_start, body_end, kind, s0, s1,
                                   stok, alias)
+
+    def _derived_column_list(self, close: int) -> int | None:
+        """If the ``)`` at token ``close`` ends ``source [AS] alias(c1, ...)``,
+        the index of the source's first token, else None (a table function
+        such as ``read_parquet('x')`` or a plain subquery)."""
+        toks = self.tokens
+        open_ = self._match[close]
+        if open_ < 2 or not _is_name(toks[open_ - 1]):
+            return None
+        if not all(_is_name(t) or t.is_op(",") for t in toks[open_ + 1:close]):
+            return None
+        j = open_ - 2
+        if toks[j].is_keyword("AS"):
+            j -= 1
+        elif not (toks[j].is_op(")") or (_is_name(toks[j]) and not toks[j].is_keyword(
+                *_CLAUSE_WORDS))):
+            return None
+        if j < 0:
+            return None
+        if toks[j].is_op(")"):
+            return self._match[j]
+        if _is_name(toks[j]) and not toks[j].is_keyword(*_CLAUSE_WORDS):
+            return j
+        return None
 
     def _find_withs(self) -> list[_With]:
         toks, out = self.tokens, []
