@@ -105,8 +105,9 @@ def compile(clause: str, schema: Optional[pa.Schema] = None) -> CompiledQuery:
     give the input's ``pyarrow.Schema`` (or a table) for full checking.
 
     >>> import gpu_mr
-    >>> print(gpu_mr.compile("ORDER BY ts PATTERN (A B+) DEFINE B AS p < PREV(p)")
-    ...       .explain().splitlines()[0])
+    >>> plan = gpu_mr.compile("ORDER BY ts MEASURES LAST(B.p) AS low "
+    ...                       "PATTERN (A B+) DEFINE B AS p < PREV(p)")
+    >>> print(plan.explain().splitlines()[0])
     pattern: A B+
     """
     _check_text(clause, "clause")
