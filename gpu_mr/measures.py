@@ -96,23 +96,17 @@ def assemble(query: CheckedQuery, data: SortedInput, matches: list,
 
 def _build_table(query: CheckedQuery, data: SortedInput, source_rows: list,
                  values: list) -> pa.Table:
+    """Input columns by one gather from the sorted table, measures from values
+    (analysis guarantees measure names never clash with input columns)."""
     take = pa.array(source_rows, pa.int64())
-    arrays, names = [], []
-    measure_by_name = {m.name: (m, values[i]) for i, m in enumerate(query.measures)}
+    measures = {m.name: (m, values[i]) for i, m in enumerate(query.measures)}
+    arrays = []
     for field in query.output_schema:
-        if field.name in measure_by_name and not _is_input_field(query, field):
-            m, vals = measure_by_name[field.name]
-            arrays.append(_measure_array(m, vals))
+        if field.name in measures:
+            arrays.append(_measure_array(*measures[field.name]))
         else:
             arrays.append(data.table.column(field.name).take(take))
-        names.append(field.name)
     return pa.Table.from_arrays(arrays, schema=query.output_schema)
-
-
-def _is_input_field(query: CheckedQuery, field: pa.Field) -> bool:
-    """Output fields that are measures vs input columns (names never clash;
-    analysis rejects duplicates)."""
-    return field.name not in {m.name for m in query.measures}
 
 
 def _measure_array(m, vals: list) -> pa.Array:
