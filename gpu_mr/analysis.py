@@ -29,6 +29,7 @@ SCALAR_ARITY = {
     "COALESCE": (1, None), "NULLIF": (2, 2), "LOWER": (1, 1), "UPPER": (1, 1),
     "LENGTH": (1, 1), "CHAR_LENGTH": (1, 1), "SUBSTR": (2, 3), "CONCAT": (1, None),
     "TRIM": (1, 1), "LTRIM": (1, 1), "RTRIM": (1, 1), "REPLACE": (3, 3), "LIKE": (2, 3),
+    "CURRENT_TIMESTAMP": (0, 0), "LOCALTIMESTAMP": (0, 0), "CURRENT_DATE": (0, 0),
 }
 AGGREGATE_ARITY = {
     "COUNT": (1, 1), "SUM": (1, 1), "AVG": (1, 1), "MIN": (1, 1), "MAX": (1, 1),
@@ -619,6 +620,12 @@ def scalar_type(name: str, args: tuple, pos: A.Pos) -> SqlType:
         return T.VARCHAR
     if name == "CONCAT":
         return T.VARCHAR
+    if name == "CURRENT_TIMESTAMP":
+        return T.SqlType("TIMESTAMP", unit="us", tz="UTC")
+    if name == "LOCALTIMESTAMP":
+        return T.SqlType("TIMESTAMP", unit="us")
+    if name == "CURRENT_DATE":
+        return T.DATE
     if name == "LIKE":
         for i in range(len(args)):
             text(i)

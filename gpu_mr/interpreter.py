@@ -52,6 +52,14 @@ class Interpreter:
         by absolute (sorted) row."""
         self.q = query
         self.columns = columns
+        # CURRENT_TIMESTAMP and friends are fixed for the whole query, as in SQL.
+        now = _dt.datetime.now(_dt.timezone.utc)
+        local = _dt.datetime.now()
+        self.now = {
+            "CURRENT_TIMESTAMP": _to_ns(now.replace(tzinfo=None)),
+            "LOCALTIMESTAMP": _to_ns(local),
+            "CURRENT_DATE": local.date(),
+        }
         self.var_names = query.primary_vars
         ids = {name: i for i, name in enumerate(query.primary_vars)}
         self.var_sets: dict = {name: frozenset([i]) for name, i in ids.items()}
@@ -212,8 +220,15 @@ class Interpreter:
         return cast(self.eval(e.operand, view, at), e.operand.type, e.target, e)
 
     def _Call(self, e: A.Call, view, at):
+        if e.name in self.now:
+            return self.now[e.name]
         args = [self.eval(a, view, at) for a in e.args]
         return call(e, args)
+
+
+def _to_ns(t: _dt.datetime) -> int:
+    delta = t - T.EPOCH
+    return (delta.days * 86400 + delta.seconds) * 10**9 + delta.microseconds * 1000
 
 
 def _nav_var(arg: A.Expr) -> Optional[str]:

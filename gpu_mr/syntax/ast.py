@@ -183,6 +183,8 @@ class Call(Expr):
     type: Optional[SqlType] = None
 
     def to_sql(self) -> str:
+        if self.name in ("CURRENT_TIMESTAMP", "CURRENT_DATE", "LOCALTIMESTAMP") and not self.args:
+            return self.name
         if self.name == "LIKE":
             escape = f" ESCAPE {self.args[2].to_sql()}" if len(self.args) > 2 else ""
             return f"({self.args[0].to_sql()} LIKE {self.args[1].to_sql()}{escape})"

@@ -27,6 +27,8 @@ AGGREGATES = {"COUNT", "SUM", "AVG", "MIN", "MAX", "ARRAY_AGG", "STDDEV", "STDDE
               "BOOL_AND", "BOOL_OR", "EVERY", "COUNT_IF", "ANY_VALUE"}
 CLAUSE_ORDER = ("PARTITION BY", "ORDER BY", "MEASURES", "ROWS PER MATCH",
                 "AFTER MATCH SKIP", "PATTERN", "SUBSET", "DEFINE")
+_CLAUSE_STARTS = ("PARTITION", "ORDER", "MEASURES", "ONE", "ALL", "AFTER", "PATTERN", "SUBSET",
+                  "DEFINE", "AS")
 COMPARISONS = ("=", "<>", "!=", "<", "<=", ">", ">=")
 # Words that end an expression inside the clause; never column names there.
 _RESERVED_IN_EXPR = {"AND", "OR", "NOT", "AS", "WHEN", "THEN", "ELSE", "END", "FROM",
@@ -253,9 +255,14 @@ class Parser:
     def _parse_measure(self) -> A.Measure:
         start = self.tok
         expr = self.parse_expr()
-        if not self.at_keyword("AS"):
-            self.fail("AS and a name for the measure")
-        self.advance()
+        # AS is optional before the name (Oracle, Snowflake), unless the next
+        # word starts a clause: then the name is missing.
+        bare_alias = self.tok.kind == QIDENT or (
+            self.tok.kind == IDENT and not self.tok.is_keyword(*_CLAUSE_STARTS))
+        if not bare_alias:
+            if not self.at_keyword("AS"):
+                self.fail("AS and a name for the measure")
+            self.advance()
         name_tok = self.tok
         _, quoted, tok = self.parse_name("a measure name after AS")
         name = tok.value if quoted else tok.text
@@ -534,6 +541,9 @@ class Parser:
             self.fail("an expression")
         word = t.text.upper()
         nxt = self.peek()
+        if word in ("CURRENT_TIMESTAMP", "CURRENT_DATE", "LOCALTIMESTAMP") and not nxt.is_op("("):
+            self.advance()
+            return A.Call(pos=p, name=word, args=())
         if word in ("TRUE", "FALSE"):
             self.advance()
             return A.Literal(pos=p, value=word == "TRUE", literal_type="boolean")
