@@ -113,10 +113,14 @@ class _Analyzer:
         if c.rows_per_match == "ALL" and c.empty_matches == "UNMATCHED" and self.has_exclusion:
             raise _err("pattern exclusion {- -} cannot be used with ALL ROWS PER MATCH WITH "
                        "UNMATCHED ROWS", c.pattern_pos, "exclusion_with_unmatched")
+        for ref in list(c.partition_by) + [k.column for k in c.order_by]:
+            # `t.col` naming the source table is fine there; a pattern variable is not
+            if ref.var is not None and (ref.var in self.primary_set or ref.var in self.subsets):
+                raise _err(f"PARTITION BY and ORDER BY take input columns, not the pattern "
+                           f"variable reference {ref.to_sql()}", ref.pos, "qualified_column")
         partition = [self._resolve_column(ref, "PARTITION BY") for ref in c.partition_by]
         order = [(self._resolve_column(k.column, "ORDER BY"), k.ascending,
                   bool(k.nulls_first)) for k in c.order_by]
-        self._check_repeated(partition, c.partition_by, "PARTITION BY")
         defines = self._check_defines()
         measures = self._check_measures()
         history = any(_history_dependent(e, v) for v, e in defines.items())
@@ -165,14 +169,6 @@ class _Analyzer:
         if s.var is not None and s.var not in self.primary_set and s.var not in self.subsets:
             raise _err(f"AFTER MATCH SKIP TO {s.var}: no such pattern variable in PATTERN or "
                        f"SUBSET", s.pos, "unknown_variable")
-
-    def _check_repeated(self, names: list, refs: tuple, clause: str) -> None:
-        seen = set()
-        for name, ref in zip(names, refs):
-            if name in seen:
-                raise _err(f"column {name} appears twice in {clause}", ref.pos,
-                           "duplicate_column")
-            seen.add(name)
 
     # -------------------------------------------------------------- columns
     def _resolve_column(self, ref: A.ColumnRef, where: str) -> str:
@@ -235,29 +231,30 @@ class _Analyzer:
         return out
 
     def _output_schema(self, q: CheckedQuery) -> pa.Schema:
-        fields: list[pa.Field] = []
         by_name = {f.name: f for f in self.schema}
         if self.open:
             by_name = {n: pa.field(n, t.arrow()) for n, t in self.column_types.items()}
+        measures = [pa.field(m.name, m.type.arrow()) for m in q.measures]
         if q.rows_per_match == "ONE":
-            fields += [by_name[c] for c in q.partition_columns]
-            fields += [pa.field(m.name, m.type.arrow()) for m in q.measures]
-            if not fields:
+            before = [by_name[c] for c in q.partition_columns]
+            after: list = []
+            if not before and not measures:
                 raise _err("ONE ROW PER MATCH with no PARTITION BY and no MEASURES would "
                            "produce no columns; add a measure", self.clause.pattern_pos,
                            "no_output_columns")
         else:
-            lead = list(q.partition_columns) + [k[0] for k in q.order_keys
-                                                 if k[0] not in q.partition_columns]
-            fields += [by_name[c] for c in lead]
-            fields += [pa.field(m.name, m.type.arrow()) for m in q.measures]
-            fields += [f for f in self.schema if f.name not in lead]
-        seen = set()
-        for f, m in ((f, f.name) for f in fields):
-            if m.upper() in seen:
-                raise _err(f"the output would have two columns named {m}; rename the "
-                           f"measure", self.clause.pattern_pos, "duplicate_output_column")
-            seen.add(m.upper())
+            # SQL:2016: partitioning columns, ordering columns (each as often as
+            # it is listed, as Trino does), measures, then the remaining columns.
+            lead = list(q.partition_columns) + [k[0] for k in q.order_keys]
+            before = [by_name[c] for c in lead]
+            after = [f for f in self.schema if f.name not in lead]
+        inputs = {f.name.upper() for f in before + after}
+        for m, cm in zip(self.clause.measures, q.measures):
+            if cm.name.upper() in inputs:
+                raise _err(f"measure {cm.name} has the name of an input column that is also "
+                           f"in the output; rename the measure", m.pos,
+                           "duplicate_output_column")
+        fields = before + measures + after
         return pa.schema(fields)
 
 
@@ -415,10 +412,23 @@ class _ExprChecker:
 
     def _visit_InList(self, e: A.InList, in_nav, in_agg):
         operand = self._visit(e.operand, in_nav, in_agg)
-        items = tuple(self._visit(i, in_nav, in_agg) for i in e.items)
+        if len(e.items) == 1 and isinstance(e.items[0], A.Subquery) and e.items[0].kind == "IN":
+            from .subqueries import constant_values
+            items = tuple(constant_values(e.items[0]))
+            if not items:      # x IN (empty set) is FALSE, even for a NULL x
+                return A.Literal(pos=e.pos, value=e.negated, literal_type="boolean",
+                                 type=T.BOOLEAN)
+        else:
+            items = tuple(self._visit(i, in_nav, in_agg) for i in e.items)
         for i in items:
             binary_type("=", operand.type, i.type, i.pos)
         return replace(e, operand=operand, items=items, type=T.BOOLEAN)
+
+    def _visit_Subquery(self, e: A.Subquery, in_nav, in_agg):
+        from .subqueries import constant_values
+        if e.kind == "IN":
+            raise _err("a subquery list can only follow IN", e.pos, "bad_subquery")
+        return constant_values(e)[0]
 
     def _visit_IsNull(self, e: A.IsNull, in_nav, in_agg):
         return replace(e, operand=self._visit(e.operand, in_nav, in_agg), type=T.BOOLEAN)

@@ -114,6 +114,7 @@ class MatchRecognizeSite:
     source_end: int
     source_token: Token
     alias: Token | None
+    alias_columns: str = ""          # "(c1, c2)" renaming the output columns, or ""
 
 
 @dataclass(frozen=True)
@@ -257,13 +258,17 @@ class SqlStatement:
             alias, j = toks[j + 1], j + 2
         elif _is_name(toks[j]):
             alias, j = toks[j], j + 1
+        alias_columns = ""
         if alias is not None:
             end = alias.end
             if toks[j].is_op("("):
-                raise _syntax(
-                    "a column alias list after the MATCH_RECOGNIZE alias is not "
-                    "supported; name the output columns in MEASURES (expr AS name)",
-                    toks[j], "column_alias_list")
+                # `AS m (c1, c2, ...)` renames the output columns; DuckDB does it
+                close_list = self._match[j]
+                if not all(_is_name(t) or t.is_op(",") for t in toks[j + 1:close_list]):
+                    raise _syntax("expected a list of column names after the "
+                                  "MATCH_RECOGNIZE alias", toks[j], "column_alias_list")
+                alias_columns = self.text[toks[j].start:toks[close_list].end]
+                end = toks[close_list].end
 
         # source before the keyword, with an optional alias of its own
         i = k - 1
@@ -306,7 +311,7 @@ class SqlStatement:
         else:
             raise _syntax(expected, kw, "expected_source")
         return MatchRecognizeSite(start, end, kw, body_start, body_end, kind, s0, s1,
-                                  stok, alias)
+                                  stok, alias, alias_columns)
 
     def _derived_column_list(self, close: int) -> int | None:
         """If the ``)`` at token ``close`` ends ``source [AS] alias(c1, ...)``,
@@ -545,7 +550,9 @@ class Backend:
             self.register(result, name)
             self._done[site.start] = name
         name = self._done[site.start]
-        return f"{name} AS {site.alias.text}" if site.alias is not None else name
+        if site.alias is None:
+            return name
+        return f"{name} AS {site.alias.text}{site.alias_columns}"
 
     def _source(self, site: MatchRecognizeSite) -> object:
         st = self._statement
@@ -718,7 +725,7 @@ def run_sql(query: str, tables: Mapping[str, object], engine: str = "auto", *,
         case-insensitively, "quoted" names exactly; a WITH query of the
         statement takes precedence), a parenthesised subquery, or a table
         function call; the source may carry an alias of its own. The factor's
-        alias is optional; a column alias list after it is rejected.
+        alias is optional, and may carry a column alias list that renames the output.
     tables : mapping of str to table
         pyarrow Tables/RecordBatches or pandas DataFrames.
     engine : str

@@ -171,7 +171,8 @@ def compare_result(result: pa.Table, expected: dict) -> Optional[str]:
         for name, g, w in zip(want_cols, got, want_types):
             if not _type_matches(g, w):
                 return f"column {name} has type {g}, expected {w}"
-    rows = [tuple(r.values()) for r in result.to_pylist()]
+    # column-wise: output column names may repeat (an ORDER BY key listed twice)
+    rows = list(zip(*[col.to_pylist() for col in result.columns])) if result.num_columns else []
     want = [tuple(r) for r in (expected.get("rows") or [])]
     if len(rows) != len(want):
         return (f"{len(rows)} rows != expected {len(want)}\n got: {rows}\nwant: {want}")

@@ -133,6 +133,9 @@ class InList(Expr):
 
     def to_sql(self) -> str:
         neg = "NOT " if self.negated else ""
+        if len(self.items) == 1 and isinstance(self.items[0], Subquery) \
+                and self.items[0].kind == "IN":
+            return f"({self.operand.to_sql()} {neg}IN ({self.items[0].sql}))"
         return f"({self.operand.to_sql()} {neg}IN ({', '.join(i.to_sql() for i in self.items)}))"
 
 
@@ -189,6 +192,19 @@ class Call(Expr):
             escape = f" ESCAPE {self.args[2].to_sql()}" if len(self.args) > 2 else ""
             return f"({self.args[0].to_sql()} LIKE {self.args[1].to_sql()}{escape})"
         return f"{self.name}({', '.join(a.to_sql() for a in self.args)})"
+
+
+@dataclass(frozen=True)
+class Subquery(Expr):
+    """An uncorrelated subquery: ``(SELECT ...)``, ``EXISTS (...)`` or the
+    list of ``x IN (SELECT ...)``. Analysis runs it once and replaces it
+    with its constant value(s)."""
+    sql: str = ""
+    kind: str = "SCALAR"        # SCALAR | EXISTS | IN
+    type: Optional[SqlType] = None
+
+    def to_sql(self) -> str:
+        return ("EXISTS " if self.kind == "EXISTS" else "") + f"({self.sql})"
 
 
 @dataclass(frozen=True)

@@ -219,18 +219,14 @@ class Parser:
         if t.kind not in (IDENT, QIDENT) and not t.is_op("(") and t.kind not in (NUMBER, STRING):
             self.fail(f"a column name in {clause}")
         expr = self.parse_expr()
-        if isinstance(expr, A.ColumnRef) and expr.var is None:
-            return expr
+        if isinstance(expr, A.ColumnRef):
+            return expr      # a qualifier (the source's name) is checked in analysis
         if any(isinstance(n, (A.Classifier, A.MatchNumber)) for n in expr.walk()):
             what = "CLASSIFIER()" if any(isinstance(n, A.Classifier) for n in expr.walk()) \
                 else "MATCH_NUMBER()"
             raise AnalysisError(f"{what} can only be used in MEASURES and DEFINE, not in "
                                 f"{clause}", code="misplaced_function", line=t.line,
                                 column=t.column)
-        if isinstance(expr, A.ColumnRef):
-            raise AnalysisError(f"{clause} takes input column names, not the pattern variable "
-                                f"reference {expr.to_sql()}", code="qualified_column",
-                                line=t.line, column=t.column)
         raise AnalysisError(f"{clause} accepts column names only, not {expr.to_sql()}; compute "
                             f"the expression in a subquery", code="expression_key",
                             line=t.line, column=t.column)
@@ -361,6 +357,7 @@ class Parser:
         elif t.is_op("{"):
             self.advance()
             lo = self._parse_bound() if self.tok.kind == NUMBER else None
+            exact = not self.tok.is_op(",")
             if self.accept_op(","):
                 hi = self._parse_bound() if self.tok.kind == NUMBER else None
                 lo = 0 if lo is None else lo
@@ -369,6 +366,10 @@ class Parser:
                     self.fail("a repetition count or ',' in the quantifier")
                 hi = lo
             self.expect_op("}", "to close the quantifier")
+            if hi == 0 and lo == 0 and not exact:
+                raise AnalysisError("a quantifier's maximum must be greater than 0 (SQL:2016); "
+                                    "write {0} for no repetition", code="bad_quantifier",
+                                    line=t.line, column=t.column)
             if hi is not None and lo > hi:
                 raise AnalysisError(f"quantifier {{{lo},{hi}}} has a minimum greater than its "
                                     f"maximum", code="bad_quantifier", line=t.line,
@@ -470,6 +471,9 @@ class Parser:
             return A.Between(pos=self.pos(t), operand=left, low=low, high=high, negated=negated)
         if t.is_keyword("IN"):
             self.advance()
+            if self.tok.is_op("(") and self.peek().is_keyword("SELECT", "WITH", "VALUES"):
+                sub = self._parse_subquery("IN", self.pos())
+                return A.InList(pos=self.pos(t), operand=left, items=(sub,), negated=negated)
             self.expect_op("(", "after IN")
             items = [self.parse_expr()]
             while self.accept_op(","):
@@ -530,12 +534,18 @@ class Parser:
         if t.kind == STRING:
             self.advance()
             return A.Literal(pos=p, value=t.value, literal_type="varchar")
+        if t.is_op("(") and self.peek().is_keyword("SELECT", "WITH", "VALUES"):
+            return self._parse_subquery("SCALAR", p)
         if t.is_op("("):
             self.advance()
             inner = self.parse_expr()
             self.expect_op(")", "to close the parenthesis")
             return inner
         if t.kind == QIDENT:
+            if self.peek().is_op("("):
+                raise AnalysisError(f"unknown function \"{t.value}\" (a double-quoted name is "
+                                    f"never a built-in function)", code="unknown_function",
+                                    line=t.line, column=t.column)
             return self._parse_reference()
         if t.kind != IDENT:
             self.fail("an expression")
@@ -554,6 +564,10 @@ class Parser:
             return self._parse_typed_literal(word)
         if word == "INTERVAL" and (nxt.kind == STRING or nxt.is_op("-", "+")):
             return self._parse_interval()
+        if word == "EXISTS" and nxt.is_op("(") and self.peek(2).is_keyword("SELECT", "WITH",
+                                                                             "VALUES"):
+            self.advance()
+            return self._parse_subquery("EXISTS", p)
         if word == "CASE":
             return self._parse_case()
         if word == "CAST" and nxt.is_op("("):
@@ -698,7 +712,40 @@ class Parser:
         self.fail("a type name (BIGINT, DOUBLE, DECIMAL(p, s), VARCHAR, BOOLEAN, DATE, "
                   "TIMESTAMP)", t)
 
+    def _parse_subquery(self, kind: str, p: A.Pos) -> A.Subquery:
+        """``( SELECT ... )``: kept as SQL text; analysis runs it once."""
+        self.expect_op("(")
+        depth, parts = 1, []
+        while True:
+            t = self.tok
+            if t.kind == EOF:
+                self.fail("')' to close the subquery")
+            if t.is_op("("):
+                depth += 1
+            elif t.is_op(")"):
+                depth -= 1
+                if depth == 0:
+                    self.advance()
+                    break
+            parts.append(t.text)
+            self.advance()
+        return A.Subquery(pos=p, sql=" ".join(parts), kind=kind)
+
+    def _reject_window_syntax(self) -> None:
+        t = self.tok
+        if t.is_keyword("OVER", "FILTER", "WITHIN") and self.peek().is_op("(") or \
+                t.is_keyword("WITHIN") and self.peek().is_keyword("GROUP"):
+            raise AnalysisError(f"{t.text.upper()} is not allowed inside MATCH_RECOGNIZE: "
+                                f"window functions, FILTER and WITHIN GROUP cannot be used in "
+                                f"MEASURES or DEFINE", code="window_syntax",
+                                line=t.line, column=t.column)
+
     def _parse_call(self) -> A.Expr:
+        call = self._parse_call_inner()
+        self._reject_window_syntax()
+        return call
+
+    def _parse_call_inner(self) -> A.Expr:
         t = self.advance()
         name = t.text.upper()
         p = self.pos(t)
