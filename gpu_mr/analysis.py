@@ -82,6 +82,11 @@ def analyze(clause: A.MatchRecognize, schema: Optional[pa.Schema]) -> CheckedQue
     return _Analyzer(clause, schema).run()
 
 
+def _v(name: str) -> str:
+    """A variable name as the user must write it (quoted when case matters)."""
+    return A.quote_ident(name)
+
+
 def _err(message: str, pos: A.Pos, code: str) -> AnalysisError:
     return AnalysisError(message, code=code, line=pos.line or None, column=pos.column or None)
 
@@ -147,17 +152,17 @@ class _Analyzer:
         subsets: dict[str, tuple] = {}
         for s in self.clause.subsets:
             if s.name in self.primary_set:
-                raise _err(f"SUBSET name {s.name} is already a primary pattern variable",
+                raise _err(f"SUBSET name {_v(s.name)} is already a primary pattern variable",
                            s.pos, "subset_is_primary")
             if s.name in subsets:
-                raise _err(f"SUBSET {s.name} is defined twice", s.pos, "duplicate_subset")
+                raise _err(f"SUBSET {_v(s.name)} is defined twice", s.pos, "duplicate_subset")
             members = []
             for name, pos in zip(s.vars, s.var_pos or [s.pos] * len(s.vars)):
                 if name in subsets or any(name == o.name for o in self.clause.subsets):
-                    raise _err(f"SUBSET {s.name} contains the union variable {name}; "
+                    raise _err(f"SUBSET {_v(s.name)} contains the union variable {_v(name)}; "
                                f"subsets cannot be nested", pos, "nested_subset")
                 if name not in self.primary_set:
-                    raise _err(f"unknown pattern variable {name} in SUBSET {s.name}; it does "
+                    raise _err(f"unknown pattern variable {_v(name)} in SUBSET {_v(s.name)}; it does "
                                f"not appear in PATTERN", pos, "unknown_variable")
                 if name not in members:
                     members.append(name)
@@ -167,7 +172,7 @@ class _Analyzer:
     def _check_skip(self) -> None:
         s = self.clause.skip
         if s.var is not None and s.var not in self.primary_set and s.var not in self.subsets:
-            raise _err(f"AFTER MATCH SKIP TO {s.var}: no such pattern variable in PATTERN or "
+            raise _err(f"AFTER MATCH SKIP TO {_v(s.var)}: no such pattern variable in PATTERN or "
                        f"SUBSET", s.pos, "unknown_variable")
 
     # -------------------------------------------------------------- columns
@@ -200,17 +205,17 @@ class _Analyzer:
         defines: dict[str, A.Expr] = {}
         for d in self.clause.defines:
             if d.var in defines:
-                raise _err(f"pattern variable {d.var} is defined twice in DEFINE", d.pos,
+                raise _err(f"pattern variable {_v(d.var)} is defined twice in DEFINE", d.pos,
                            "duplicate_define")
             if d.var not in self.primary_set:
                 if d.var in self.subsets:
-                    raise _err(f"{d.var} is a SUBSET union variable and cannot be defined in "
+                    raise _err(f"{_v(d.var)} is a SUBSET union variable and cannot be defined in "
                                f"DEFINE", d.pos, "define_subset")
-                raise _err(f"DEFINE {d.var}: the variable does not appear in PATTERN", d.pos,
+                raise _err(f"DEFINE {_v(d.var)}: the variable does not appear in PATTERN", d.pos,
                            "unknown_variable")
             expr = _ExprChecker(self, context="DEFINE", defining=d.var).check(d.expr)
             if expr.type.kind not in ("BOOLEAN", "UNKNOWN"):
-                raise _err(f"DEFINE {d.var} must be a boolean condition, not {expr.type}",
+                raise _err(f"DEFINE {_v(d.var)} must be a boolean condition, not {expr.type}",
                            d.expr.pos, "define_not_boolean")
             defines[d.var] = expr
         return defines
@@ -273,7 +278,7 @@ class _ExprChecker:
 
     def _known_var(self, var: str, pos: A.Pos) -> None:
         if var not in self.a.primary_set and var not in self.a.subsets:
-            raise _err(f"unknown pattern variable {var}; it is neither in PATTERN nor a "
+            raise _err(f"unknown pattern variable {_v(var)}; it is neither in PATTERN nor a "
                        f"SUBSET", pos, "unknown_variable")
 
     def _visit(self, e: A.Expr, in_nav: Optional[str], in_agg: bool) -> A.Expr:
@@ -331,7 +336,7 @@ class _ExprChecker:
                        f"argument", e.pos, "navigation_without_column")
         if len({r for r in refs}) > 1:
             raise _err(f"{e.kind} mixes pattern variables "
-                       f"{', '.join(sorted(v or '(universal)' for v in set(refs)))}; all its "
+                       f"{', '.join(sorted(_v(v) if v else '(universal)' for v in set(refs)))}; all its "
                        f"column references must use the same variable", e.pos,
                        "navigation_mixes_variables")
         return replace(e, arg=arg, offset=offset, type=arg.type)
@@ -379,7 +384,7 @@ class _ExprChecker:
             refs |= set(_row_refs(a))
         if len(refs) > 1:
             raise _err(f"the arguments of {e.name} refer to different pattern variables "
-                       f"({', '.join(sorted(v or '(universal)' for v in refs))}); they must "
+                       f"({', '.join(sorted(_v(v) if v else '(universal)' for v in refs))}); they must "
                        f"all use the same one", e.pos, "aggregate_mixes_variables")
         var = next(iter(refs)) if refs else None
         t = _aggregate_type(e, args)
