@@ -25,6 +25,8 @@ copy for Arrow input, one conversion for pandas).
 
 from __future__ import annotations
 
+import abc
+
 import re
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -486,39 +488,45 @@ def extract_clause(query: str) -> tuple[int, int] | None:
 # Evaluating a statement
 # --------------------------------------------------------------------------
 
-class Backend:
+class Backend(abc.ABC):
     """What a SQL engine supplies to evaluate a :class:`SqlStatement`.
 
-    Subclasses implement the four hooks; :meth:`evaluate` does the rest.
+    Subclasses implement the six hooks; :meth:`evaluate` does the rest.
     DuckDB over Arrow is the in-process one; a Spark backend would run
     sources with ``spark.sql``, clauses with the Spark layer and register
     results as temporary views.
     """
 
+    @abc.abstractmethod
     def table_names(self) -> list[str]:
         """Names of the tables the caller passed."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def table_source(self, name: str) -> object:
         """The table passed as ``name``, as the clause runner takes it."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def query_source(self, sql: str, site: MatchRecognizeSite) -> object:
         """Run the source query of ``site`` (a subquery, table function or
         WITH query, made standalone)."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def run_clause(self, source: object, text: str, start: int, end: int) -> object:
         """Evaluate the clause body ``text[start:end]`` over ``source``."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def register(self, result: object, name: str) -> None:
         """Make a clause result visible to later SQL as ``name``."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def run(self, sql: str) -> object:
         """Run the rewritten outer statement."""
-        raise NotImplementedError
+        ...
 
     # -- the driver ----------------------------------------------------------
 
