@@ -66,6 +66,8 @@ class CheckedQuery:
     has_exclusion: bool
     history_dependent: bool               # some DEFINE looks at match state
     output_schema: pa.Schema = field(default=None)
+    time_limit: Optional[A.TimeLimit] = None   # WITHIN / INTERVAL after PATTERN
+    time_column: Optional[str] = None          # the ORDER BY column it is measured on
 
     def var_rows(self, var: Optional[str]) -> Optional[frozenset]:
         """The primary variables a (possibly subset/universal) name covers;
@@ -113,6 +115,7 @@ class _Analyzer:
         self.has_exclusion = False
         self._collect_pattern(c.pattern)
         self.primary_set = set(self.primary)
+        self.max_rows = _max_rows(c.pattern)
         self.subsets = self._check_subsets()
         self._check_skip()
         if c.rows_per_match == "ALL" and c.empty_matches == "UNMATCHED" and self.has_exclusion:
@@ -129,14 +132,39 @@ class _Analyzer:
         defines = self._check_defines()
         measures = self._check_measures()
         history = any(_history_dependent(e, v) for v, e in defines.items())
+        time_column = self._check_time_limit(order)
         checked = CheckedQuery(
             clause=c, input_schema=self.schema, column_types=self.column_types,
             primary_vars=tuple(self.primary), subsets=self.subsets, defines=defines,
             measures=tuple(measures), partition_columns=tuple(partition),
             order_keys=tuple(order), rows_per_match=c.rows_per_match,
             empty_matches=c.empty_matches, skip=c.skip, pattern=c.pattern,
-            has_exclusion=self.has_exclusion, history_dependent=history)
+            has_exclusion=self.has_exclusion, history_dependent=history,
+            time_limit=c.time_limit, time_column=time_column)
         return replace(checked, output_schema=self._output_schema(checked))
+
+    def _check_time_limit(self, order: list) -> Optional[str]:
+        """WITHIN / INTERVAL is measured on the first ORDER BY key, which must
+        be an ascending DATE or TIMESTAMP: in batch the ordering column is the
+        clock."""
+        limit = self.clause.time_limit
+        if limit is None:
+            return None
+        what = f"{limit.keyword} {limit.interval.to_sql()}"
+        if limit.interval.value <= 0:
+            raise _err(f"{what}: the time limit must be positive", limit.pos, "bad_time_limit")
+        if not order:
+            raise _err(f"{what} needs ORDER BY a timestamp column: the first ORDER BY key is "
+                       f"the clock the limit is measured on", limit.pos, "bad_time_limit")
+        column, ascending, _ = order[0]
+        t = self.column_types.get(column)
+        if t is not None and t.kind not in ("TIMESTAMP", "DATE", "UNKNOWN"):
+            raise _err(f"{what} is measured on the first ORDER BY key, {column}, which is "
+                       f"{t}, not a TIMESTAMP or DATE", limit.pos, "bad_time_limit")
+        if not ascending:
+            raise _err(f"{what} needs the first ORDER BY key ({column}) in ascending order",
+                       limit.pos, "bad_time_limit")
+        return column
 
     # -------------------------------------------------------------- pattern
     def _collect_pattern(self, p: A.Pattern) -> None:
@@ -309,6 +337,13 @@ class _ExprChecker:
 
     # navigation
     def _visit_Navigation(self, e: A.Navigation, in_nav, in_agg):
+        if e.indexed:
+            var = e.arg.var
+            self._known_var(var, e.pos)
+            if var in self.a.primary_set and self.a.max_rows.get(var, 0) <= 1:
+                raise _err(f"{_v(var)}[{e.offset.value}]: {_v(var)} is a singleton variable (it "
+                           f"matches at most one row); write {_v(var)}.{e.arg.column}", e.pos,
+                           "index_on_singleton")
         physical = e.kind in ("PREV", "NEXT")
         if in_agg:
             raise _err(f"{e.kind} cannot be used inside an aggregate's arguments", e.pos,
@@ -693,6 +728,36 @@ def _aggregate_type(e: A.Aggregate, args: tuple) -> SqlType:
 
 
 # ------------------------------------------------------------ inspection
+
+_MANY = 2   # "more than one row": all a singleton test needs
+
+
+def _max_rows(p: A.Pattern) -> dict:
+    """For each variable, the most rows one match can map to it (capped at 2)."""
+    if isinstance(p, A.PVar):
+        return {p.name: 1}
+    if isinstance(p, (A.PEmpty, A.PAnchor)):
+        return {}
+    if isinstance(p, A.PAlt):
+        out: dict = {}
+        for item in p.items:
+            for v, n in _max_rows(item).items():
+                out[v] = max(out.get(v, 0), n)
+        return out
+    if isinstance(p, (A.PConcat, A.PPermute)):
+        out = {}
+        for item in p.items:
+            for v, n in _max_rows(item).items():
+                out[v] = min(_MANY, out.get(v, 0) + n)
+        return out
+    if isinstance(p, A.PQuant):
+        inner = _max_rows(p.body)
+        times = _MANY if p.max is None else min(p.max, _MANY)
+        return {v: min(_MANY, n * times) for v, n in inner.items()}
+    if isinstance(p, A.PExclude):
+        return _max_rows(p.body)
+    return {}
+
 
 def _row_refs(e: A.Expr) -> list:
     """The pattern variables (None = universal) that column references and

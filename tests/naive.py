@@ -26,13 +26,19 @@ def naive_matches(query, data):
     columns = {n: T.arrow_values(data.table.column(n), t) for n, t in query.column_types.items()}
     interp = Interpreter(query, columns)
     defines = [query.defines.get(v) for v in query.primary_vars]
+    clock = columns.get(query.time_column) if query.time_limit is not None else None
     out = []
     offsets = data.partition_offsets
     for part in range(len(offsets) - 1):
         lo, hi = int(offsets[part]), int(offsets[part + 1])
         row, number = lo, 0
         while row < hi:
-            found = _first_path(prog, interp, defines, lo, hi, row, number + 1)
+            limit = None
+            if clock is not None:
+                # a row may join only while its time is below start time + limit
+                limit = (None if clock[row] is None
+                         else clock[row] + query.time_limit.interval.value)
+            found = _first_path(prog, interp, defines, lo, hi, row, number + 1, clock, limit)
             if found is None:
                 row += 1
                 continue
@@ -59,8 +65,13 @@ def naive_matches(query, data):
     return out
 
 
-def _first_path(prog, interp, defines, lo, hi, start, match_number):
+def _first_path(prog, interp, defines, lo, hi, start, match_number, clock=None, limit=None):
     insts = prog.insts
+
+    def in_time(q):
+        if clock is None:
+            return True
+        return limit is not None and clock[q] is not None and clock[q] < limit
 
     def holds(var, q, labels):
         expr = defines[var]
@@ -74,7 +85,7 @@ def _first_path(prog, interp, defines, lo, hi, start, match_number):
         if inst.op == MATCH:
             return q, labels
         if inst.op == CONSUME:
-            if q < hi and holds(inst.var, q, labels):
+            if q < hi and in_time(q) and holds(inst.var, q, labels):
                 return walk(inst.out, q + 1, labels + [inst.var], frozenset())
             return None
         if state in visited:

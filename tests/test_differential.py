@@ -7,6 +7,7 @@ memo) must find exactly the matches that plain backtracking finds
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pyarrow as pa
@@ -69,8 +70,10 @@ def queries(draw, stateful: bool):
             defines.append(f"{v} AS {t.format(v=v, w=w, k=k)}")
     skip = draw(st.sampled_from(["PAST LAST ROW", "TO NEXT ROW"] +
                                 [f"TO {fl} {v}" for fl in ("FIRST", "LAST") for v in used]))
-    clause = (f"PARTITION BY p ORDER BY id MEASURES COUNT(*) AS n AFTER MATCH SKIP {skip} "
-              f"PATTERN ({text})" + (f" DEFINE {', '.join(defines)}" if defines else ""))
+    within = draw(st.sampled_from(["", "", "", " WITHIN INTERVAL '2' SECOND",
+                                   " WITHIN INTERVAL '4' SECOND", " INTERVAL 3 SECONDS"]))
+    clause = (f"PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP {skip} "
+              f"PATTERN ({text}){within}" + (f" DEFINE {', '.join(defines)}" if defines else ""))
     return clause
 
 
@@ -81,6 +84,9 @@ def tables(draw):
     return pa.table({
         "p": pa.array([draw(st.integers(0, 1)) for _ in range(n)], pa.int64()),
         "id": pa.array(list(range(n)), pa.int64()),
+        # the clock for WITHIN: never decreasing with id, uneven gaps, ties kept in order
+        "ts": pa.array(list(itertools.accumulate(draw(st.integers(0, 2)) for _ in range(n))),
+                       pa.int64()).cast(pa.timestamp("s")),
         "a": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),
         "b": pa.array([draw(small) for _ in range(n)], pa.int64()),
         "c": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),

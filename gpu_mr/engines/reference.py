@@ -33,7 +33,7 @@ from typing import Optional
 from ..analysis import CheckedQuery
 from ..errors import MatchRuntimeError, SearchLimitError
 from ..frames import SortedInput
-from ..interpreter import Interpreter, MatchView
+from ..interpreter import Interpreter, MatchView, _add_months, _as_ns, compare
 from ..pattern.nfa import (ASSERT_END, ASSERT_START, CONSUME, EPS, MATCH, SPLIT, Program,
                            compile_nfa)
 from ..syntax import ast as A
@@ -46,6 +46,20 @@ SEARCH_STEP_LIMIT = 50_000_000
 THREAD_LIMIT = 200_000
 
 
+_NEVER = object()
+
+
+def time_limit_deadline(start_time, interval: A.Literal):
+    """``start_time + interval`` on the clock column (DATE or TIMESTAMP), or
+    _NEVER when the start time is NULL (no row can join such a match)."""
+    if start_time is None:
+        return _NEVER
+    ns = _as_ns(start_time)
+    if interval.literal_type == "interval_ym":
+        return _add_months(ns, interval.value)
+    return ns + interval.value
+
+
 class ReferenceEngine:
     name = "reference"
 
@@ -54,9 +68,9 @@ class ReferenceEngine:
 
     def find_matches(self, query: CheckedQuery, data: SortedInput) -> list:
         program = compile_nfa(query.pattern, query.primary_vars)
+        needed = _referenced_columns(query) | ({query.time_column} if query.time_column else set())
         columns = {name: T.arrow_values(data.table.column(name), t)
-                   for name, t in query.column_types.items()
-                   if name in _referenced_columns(query)}
+                   for name, t in query.column_types.items() if name in needed}
         interp = Interpreter(query, columns)
         matches: list[Match] = []
         offsets = data.partition_offsets
@@ -92,6 +106,11 @@ class _PartitionMatcher:
                                      for e in query.defines.values() for n in e.walk())
         self.cache: dict = {}
         self.dead: set = set()
+        # WITHIN / INTERVAL: a row joins a match only before its first row's
+        # time plus the limit; this depends on the start row, so dead-thread
+        # memo across searches is off.
+        self.clock = interp.columns[query.time_column] if query.time_limit else None
+        self.memo_dead = self.row_local and not self.uses_match_number and self.clock is None
         self.steps = 0
 
     # --------------------------------------------------------------- driver
@@ -170,6 +189,7 @@ class _PartitionMatcher:
             out.reverse()
             return out
 
+        deadline = self.deadline(start)
         best = None
         threads: list = []
         seen: set = set()
@@ -193,6 +213,8 @@ class _PartitionMatcher:
                         f"(partition {self.part}, match starting at row "
                         f"{start - self.lo + 1}); the pattern is ambiguous and the DEFINE "
                         f"conditions depend on the match so far", partition=self.part, row=start)
+                if deadline is not None and not self.in_time(q, deadline):
+                    continue
                 if self.holds(inst.var, q, start, path, labels_of):
                     self.closure(inst.out, extend(path, inst.var, inst.excluded), q + 1, nxt,
                                  seen, label_of_path)
@@ -204,7 +226,7 @@ class _PartitionMatcher:
             threads = nxt
             q += 1
         if best is None:
-            if self.row_local and not self.uses_match_number:
+            if self.memo_dead:
                 self.dead.update(visited)
             return None
         end, path = best
@@ -242,10 +264,21 @@ class _PartitionMatcher:
             elif op == ASSERT_END:
                 if q == self.hi:
                     stack.append(inst.out)
-            elif op == CONSUME and self.row_local and (s, q) in self.dead:
+            elif op == CONSUME and self.memo_dead and (s, q) in self.dead:
                 continue
             else:
                 out.append((s, path))
+
+    def deadline(self, start: int):
+        """The clock value a match starting at ``start`` must stay below, or
+        None without a time limit (an unknown start time admits no row)."""
+        if self.clock is None:
+            return None
+        return time_limit_deadline(self.clock[start], self.q.time_limit.interval)
+
+    def in_time(self, row: int, deadline) -> bool:
+        t = self.clock[row]
+        return deadline is not _NEVER and t is not None and compare("<", t, deadline) is True
 
     def holds(self, var: int, row: int, start: int, path: int, labels_of) -> bool:
         """Whether DEFINE of ``var`` is true at ``row`` on this path."""

@@ -214,9 +214,12 @@ class Navigation(Expr):
     arg: Expr = None
     offset: Optional[Expr] = None           # None: the default (1 for PREV/NEXT, 0 for FIRST/LAST)
     semantics: Optional[str] = None         # RUNNING / FINAL as written (FIRST/LAST only)
+    indexed: bool = False                   # written B[i].col (Esper): FIRST(B.col, i)
     type: Optional[SqlType] = None
 
     def to_sql(self) -> str:
+        if self.indexed:
+            return f"{quote_ident(self.arg.var)}[{self.offset.value}].{self.arg.to_sql().split('.', 1)[1]}"
         sem = f"{self.semantics} " if self.semantics else ""
         off = f", {self.offset.to_sql()}" if self.offset is not None else ""
         return f"{sem}{self.kind}({self.arg.to_sql()}{off})"
@@ -415,6 +418,19 @@ class SkipTo(Node):
 
 
 @dataclass(frozen=True)
+class TimeLimit(Node):
+    """``WITHIN interval`` (Flink) or ``INTERVAL period`` (Esper) after PATTERN."""
+    keyword: str = "WITHIN"
+    interval: Literal = None       # an INTERVAL literal (ns, or months)
+    pos: Pos = field(default=NOPOS, compare=False, repr=False)
+
+    def to_sql(self) -> str:
+        # Esper's form reads back from the bare literal: INTERVAL '5' SECOND
+        prefix = "WITHIN " if self.keyword == "WITHIN" else ""
+        return prefix + self.interval.to_sql()
+
+
+@dataclass(frozen=True)
 class MatchRecognize(Node):
     partition_by: tuple = ()       # ColumnRef
     order_by: tuple = ()           # SortKey
@@ -425,6 +441,7 @@ class MatchRecognize(Node):
     pattern: Pattern = None
     subsets: tuple = ()            # Subset
     defines: tuple = ()            # Define
+    time_limit: Optional[TimeLimit] = None
     pattern_pos: Pos = field(default=NOPOS, compare=False, repr=False)
 
     def to_sql(self) -> str:
@@ -443,6 +460,8 @@ class MatchRecognize(Node):
             lines.append("ALL ROWS PER MATCH" + extra)
         lines.append(self.skip.to_sql())
         lines.append(f"PATTERN ({self.pattern.to_sql()})")
+        if self.time_limit is not None:
+            lines.append(self.time_limit.to_sql())
         if self.subsets:
             lines.append("SUBSET " + ", ".join(s.to_sql() for s in self.subsets))
         if self.defines:

@@ -185,6 +185,7 @@ class Parser:
         else:
             pattern = self._parse_pattern_alt()
         self.expect_op(")", "to close PATTERN")
+        time_limit = self._parse_time_limit()
         subsets: list = []
         if self.accept_keyword("SUBSET"):
             subsets.append(self._parse_subset())
@@ -197,7 +198,52 @@ class Parser:
                 defines.append(self._parse_define())
         return A.MatchRecognize(tuple(partition_by), tuple(order_by), tuple(measures), rows,
                                 empty, skip, pattern, tuple(subsets), tuple(defines),
-                                pattern_pos=self.pos(pattern_tok))
+                                time_limit=time_limit, pattern_pos=self.pos(pattern_tok))
+
+    def _parse_time_limit(self) -> Optional[A.TimeLimit]:
+        """Flink's ``WITHIN INTERVAL '10' SECOND`` (or Oracle CQL's ``WITHIN 3000
+        MILLISECONDS``) and Esper's ``INTERVAL 5 SECONDS`` after PATTERN."""
+        t = self.tok
+        if t.is_keyword("WITHIN"):
+            self.advance()
+            if self.tok.is_keyword("INTERVAL") and self.peek().kind == STRING or \
+                    self.tok.is_keyword("INTERVAL") and self.peek().is_op("-", "+"):
+                literal = self._parse_interval()
+            else:
+                literal = self._parse_time_period("WITHIN")
+            return A.TimeLimit(keyword="WITHIN", interval=literal, pos=self.pos(t))
+        if t.is_keyword("INTERVAL") and self.peek().kind in (NUMBER, STRING) or \
+                t.is_keyword("INTERVAL") and self.peek().is_op("-", "+"):
+            if self.peek().kind == STRING or self.peek().is_op("-", "+") and \
+                    self.peek(2).kind == STRING:
+                literal = self._parse_interval()
+            else:
+                self.advance()
+                literal = self._parse_time_period("INTERVAL")
+            return A.TimeLimit(keyword="INTERVAL", interval=literal, pos=self.pos(t))
+        return None
+
+    def _parse_time_period(self, after: str) -> A.Literal:
+        """Esper's time period: ``5 seconds``, ``1 minute 30 sec``, ``500 msec``."""
+        start = self.tok
+        units = {"WEEK": 7 * 86400 * 10**9, "DAY": 86400 * 10**9, "HOUR": 3600 * 10**9,
+                 "MINUTE": 60 * 10**9, "MIN": 60 * 10**9, "SECOND": 10**9, "SEC": 10**9,
+                 "MILLISECOND": 10**6, "MSEC": 10**6, "MICROSECOND": 10**3, "USEC": 10**3}
+        total = Decimal(0)
+        seen = False
+        while self.tok.kind == NUMBER or (self.tok.is_op("-") and self.peek().kind == NUMBER):
+            sign = -1 if self.accept_op("-") else 1
+            amount = Decimal(self.advance().value) * sign
+            word = self.tok.upper
+            word = word[:-1] if word.endswith("S") and word[:-1] in units else word
+            if word not in units:
+                self.fail("a time unit (DAYS, HOURS, MINUTES, SECONDS, MILLISECONDS, ...)")
+            self.advance()
+            total += amount * units[word]
+            seen = True
+        if not seen:
+            self.fail(f"an interval after {after}, e.g. INTERVAL '10' SECOND or 10 SECONDS")
+        return A.Literal(pos=self.pos(start), value=int(total), literal_type="interval")
 
     def _fail_misplaced_clause(self) -> None:
         """A clause keyword in the wrong place gets a message about order."""
@@ -587,9 +633,11 @@ class Parser:
             self.fail("an expression")
         return self._parse_reference()
 
-    def _parse_reference(self) -> A.ColumnRef:
+    def _parse_reference(self) -> A.Expr:
         t = self.tok
         name, quoted, tok = self.parse_name("a column")
+        if self.tok.is_op("["):
+            return self._parse_indexed_reference(name, t)
         if self.accept_op("."):
             ct = self.tok
             if ct.is_op("*"):
@@ -602,6 +650,23 @@ class Parser:
                                column=ctok.value if cquoted else ctok.text, quoted=cquoted)
         return A.ColumnRef(pos=self.pos(t), column=tok.value if quoted else tok.text,
                            quoted=quoted)
+
+    def _parse_indexed_reference(self, var: str, t: Token) -> A.Navigation:
+        """Esper's ``B[i].col``: the i-th row (from 0) mapped to group variable
+        B, which is FIRST(B.col, i)."""
+        self.advance()   # [
+        index_tok = self.tok
+        if index_tok.kind != NUMBER or not isinstance(index_tok.value, int):
+            self.fail("a non-negative integer index in var[index].column")
+        self.advance()
+        self.expect_op("]", "to close the index")
+        self.expect_op(".", "and a column after var[index]")
+        _, cquoted, ctok = self.parse_name("a column name after var[index].")
+        column = A.ColumnRef(pos=self.pos(t), var=var, column=ctok.value if cquoted else ctok.text,
+                             quoted=cquoted)
+        offset = A.Literal(pos=self.pos(index_tok), value=index_tok.value, literal_type="bigint")
+        return A.Navigation(pos=self.pos(t), kind="FIRST", arg=column, offset=offset,
+                            indexed=True)
 
     def _parse_typed_literal(self, word: str) -> A.Literal:
         t = self.advance()
