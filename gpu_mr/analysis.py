@@ -68,6 +68,7 @@ class CheckedQuery:
     output_schema: pa.Schema = field(default=None)
     time_limit: Optional[A.TimeLimit] = None   # WITHIN / INTERVAL after PATTERN
     time_column: Optional[str] = None          # the ORDER BY column it is measured on
+    mode: Optional[str] = None                 # None (SQL:2016) | MAXIMAL | INCREMENTAL | ALL
 
     def var_rows(self, var: Optional[str]) -> Optional[frozenset]:
         """The primary variables a (possibly subset/universal) name covers;
@@ -133,6 +134,9 @@ class _Analyzer:
         measures = self._check_measures()
         history = any(_history_dependent(e, v) for v, e in defines.items())
         time_column = self._check_time_limit(order)
+        if c.skip.kind == "CURRENT_ROW" and c.mode in ("MAXIMAL", "INCREMENTAL"):
+            raise _err(f"AFTER MATCH SKIP TO CURRENT ROW keeps every match (as ALL MATCHES); it "
+                       f"cannot be combined with {c.mode} MATCH", c.skip.pos, "bad_mode")
         checked = CheckedQuery(
             clause=c, input_schema=self.schema, column_types=self.column_types,
             primary_vars=tuple(self.primary), subsets=self.subsets, defines=defines,
@@ -140,7 +144,7 @@ class _Analyzer:
             order_keys=tuple(order), rows_per_match=c.rows_per_match,
             empty_matches=c.empty_matches, skip=c.skip, pattern=c.pattern,
             has_exclusion=self.has_exclusion, history_dependent=history,
-            time_limit=c.time_limit, time_column=time_column)
+            time_limit=c.time_limit, time_column=time_column, mode=c.mode)
         return replace(checked, output_schema=self._output_schema(checked))
 
     def _check_time_limit(self, order: list) -> Optional[str]:

@@ -38,6 +38,7 @@ from ..pattern.nfa import (ASSERT_END, ASSERT_START, CONSUME, EPS, MATCH, SPLIT,
                            compile_nfa)
 from ..syntax import ast as A
 from ..syntax import types as T
+from . import modes
 from .base import Match
 
 # Enough for every test and for tens of thousands of rows of state-dependent
@@ -104,6 +105,7 @@ class _PartitionMatcher:
         self.row_local = not query.history_dependent
         self.uses_match_number = any(isinstance(n, A.MatchNumber)
                                      for e in query.defines.values() for n in e.walk())
+        self.step_limit = SEARCH_STEP_LIMIT
         self.cache: dict = {}
         self.dead: set = set()
         # WITHIN / INTERVAL: a row joins a match only before its first row's
@@ -115,6 +117,13 @@ class _PartitionMatcher:
 
     # --------------------------------------------------------------- driver
     def run(self) -> list:
+        mode = self.q.mode
+        if mode == "ALL" or self.q.skip.kind == "CURRENT_ROW":
+            return modes.run_all_matches(self)
+        if mode == "MAXIMAL":
+            return modes.run_maximal(self)
+        if mode == "INCREMENTAL":
+            return modes.run_incremental(self)
         matches = []
         pos, number = self.lo, 0
         while pos < self.hi:
@@ -279,6 +288,38 @@ class _PartitionMatcher:
     def in_time(self, row: int, deadline) -> bool:
         t = self.clock[row]
         return deadline is not _NEVER and t is not None and compare("<", t, deadline) is True
+
+    def closure_plain(self, state: int, labels: tuple, excluded: tuple, q: int, out: list,
+                      seen: set) -> None:
+        """Like :meth:`closure`, for threads that carry their labels as tuples
+        (the matching modes): states reached in priority order, each once per
+        step (and per mapping when DEFINEs depend on the match so far)."""
+        merge_key = None if self.row_local else labels
+        stack = [state]
+        while stack:
+            s = stack.pop()
+            key = (s, merge_key)
+            if key in seen:
+                continue
+            seen.add(key)
+            inst = self.prog[s]
+            if inst.op == SPLIT:
+                stack.append(inst.out2)
+                stack.append(inst.out)
+            elif inst.op == EPS:
+                stack.append(inst.out)
+            elif inst.op == ASSERT_START:
+                if q == self.lo:
+                    stack.append(inst.out)
+            elif inst.op == ASSERT_END:
+                if q == self.hi:
+                    stack.append(inst.out)
+            else:
+                out.append((s, labels, excluded))
+
+    def holds_on(self, var: int, row: int, start: int, labels: list) -> bool:
+        """DEFINE of ``var`` at ``row`` for a path given as its labels so far."""
+        return self.holds(var, row, start, None, lambda _: list(labels))
 
     def holds(self, var: int, row: int, start: int, path: int, labels_of) -> bool:
         """Whether DEFINE of ``var`` is true at ``row`` on this path."""

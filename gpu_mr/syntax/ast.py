@@ -414,6 +414,8 @@ class SkipTo(Node):
             return "AFTER MATCH SKIP PAST LAST ROW"
         if self.kind == "NEXT_ROW":
             return "AFTER MATCH SKIP TO NEXT ROW"
+        if self.kind == "CURRENT_ROW":
+            return "AFTER MATCH SKIP TO CURRENT ROW"
         return f"AFTER MATCH SKIP TO {self.kind} {quote_ident(self.var)}"
 
 
@@ -442,6 +444,7 @@ class MatchRecognize(Node):
     subsets: tuple = ()            # Subset
     defines: tuple = ()            # Define
     time_limit: Optional[TimeLimit] = None
+    mode: Optional[str] = None     # None (SQL:2016) | MAXIMAL | INCREMENTAL | ALL
     pattern_pos: Pos = field(default=NOPOS, compare=False, repr=False)
 
     def to_sql(self) -> str:
@@ -459,6 +462,8 @@ class MatchRecognize(Node):
                      "UNMATCHED": " WITH UNMATCHED ROWS"}[self.empty_matches]
             lines.append("ALL ROWS PER MATCH" + extra)
         lines.append(self.skip.to_sql())
+        if self.mode is not None:
+            lines.append("ALL MATCHES" if self.mode == "ALL" else f"{self.mode} MATCH")
         lines.append(f"PATTERN ({self.pattern.to_sql()})")
         if self.time_limit is not None:
             lines.append(self.time_limit.to_sql())

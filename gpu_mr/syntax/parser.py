@@ -156,7 +156,7 @@ class Parser:
             self.expect_keyword("ROW", "(in ONE ROW PER MATCH)")
             self.expect_keyword("PER")
             self.expect_keyword("MATCH")
-        elif self.at_keyword("ALL"):
+        elif self.at_keyword("ALL") and not self.peek().is_keyword("MATCHES"):
             self.advance()
             self.expect_keyword("ROWS", "(in ALL ROWS PER MATCH)")
             self.expect_keyword("PER")
@@ -173,8 +173,11 @@ class Parser:
                 self.expect_keyword("UNMATCHED")
                 self.expect_keyword("ROWS")
                 empty = "UNMATCHED"
+        mode = self._parse_mode()
         if self.at_keyword("AFTER"):
             skip = self._parse_skip()
+        if mode is None:
+            mode = self._parse_mode()      # the proposal puts it after AFTER MATCH SKIP
         if not self.at_keyword("PATTERN"):
             self._fail_misplaced_clause()
             self.fail("PATTERN")
@@ -198,7 +201,20 @@ class Parser:
                 defines.append(self._parse_define())
         return A.MatchRecognize(tuple(partition_by), tuple(order_by), tuple(measures), rows,
                                 empty, skip, pattern, tuple(subsets), tuple(defines),
-                                time_limit=time_limit, pattern_pos=self.pos(pattern_tok))
+                                time_limit=time_limit, mode=mode,
+                                pattern_pos=self.pos(pattern_tok))
+
+    def _parse_mode(self) -> Optional[str]:
+        """The 2007 proposal's MAXIMAL MATCH / INCREMENTAL MATCH / ALL MATCHES
+        (Esper's `all matches`)."""
+        if self.at_keywords("ALL", "MATCHES"):
+            self.i += 2
+            return "ALL"
+        if self.at_keywords("MAXIMAL", "MATCH") or self.at_keywords("INCREMENTAL", "MATCH"):
+            word = self.advance().text.upper()
+            self.advance()
+            return word
+        return None
 
     def _parse_time_limit(self) -> Optional[A.TimeLimit]:
         """Flink's ``WITHIN INTERVAL '10' SECOND`` (or Oracle CQL's ``WITHIN 3000
@@ -323,6 +339,9 @@ class Parser:
         if self.at_keywords("NEXT", "ROW"):
             self.i += 2
             return A.SkipTo("NEXT_ROW", pos=self.pos(start))
+        if self.at_keywords("CURRENT", "ROW"):      # Esper: keep every match in the pool
+            self.i += 2
+            return A.SkipTo("CURRENT_ROW", pos=self.pos(start))
         kind = "LAST"
         # FIRST/LAST are keywords here unless they are the variable itself
         # (SKIP TO LAST is "skip to the variable named LAST").
