@@ -1,8 +1,9 @@
 """Property-based differential tests: random patterns, DEFINEs and data.
 
 The reference engine's search (Pike VM with merging, caching and dead-state
-memo) must find exactly the matches that plain backtracking finds
-(tests/naive.py). CI runs a solid sample; GPU_MR_FULL_TESTS=1 runs many more.
+memo, and the drivers of the matching modes and time limits) must find
+exactly the matches that plain backtracking finds (tests/naive.py). CI runs a
+solid sample; GPU_MR_FULL_TESTS=1 runs many more.
 """
 
 from __future__ import annotations
@@ -72,7 +73,11 @@ def queries(draw, stateful: bool):
                                 [f"TO {fl} {v}" for fl in ("FIRST", "LAST") for v in used]))
     within = draw(st.sampled_from(["", "", "", " WITHIN INTERVAL '2' SECOND",
                                    " WITHIN INTERVAL '4' SECOND", " INTERVAL 3 SECONDS"]))
-    clause = (f"PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP {skip} "
+    mode = draw(st.sampled_from(["", "", "", " ALL MATCHES", " MAXIMAL MATCH",
+                                 " INCREMENTAL MATCH"]))
+    if draw(st.integers(0, 9)) == 0 and mode in ("", " ALL MATCHES"):
+        skip = "TO CURRENT ROW"
+    clause = (f"PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP {skip}{mode} "
               f"PATTERN ({text}){within}" + (f" DEFINE {', '.join(defines)}" if defines else ""))
     return clause
 
