@@ -103,13 +103,14 @@ def _build_table(query: CheckedQuery, data: SortedInput, source_rows: list,
     arrays = []
     for field in query.output_schema:
         if field.name in measures:
-            arrays.append(_measure_array(*measures[field.name]))
+            arrays.append(measure_array(*measures[field.name]))
         else:
             arrays.append(data.table.column(field.name).take(take))
     return pa.Table.from_arrays(arrays, schema=query.output_schema)
 
 
-def _measure_array(m, vals: list) -> pa.Array:
+def measure_array(m, vals: list) -> pa.Array:
+    """A measure's values as an Arrow array of its type (range-checked)."""
     t = m.type
     if t.kind == "BIGINT":
         for v in vals:

@@ -35,6 +35,8 @@ import pyarrow as pa
 
 from .errors import AnalysisError, DataError, GpuMrError, SqlSyntaxError
 from .frames import from_arrow, to_arrow
+from .window_sql import INPUT_NAME as WINDOW_INPUT
+from .window_sql import has_pattern_window, rewrite_pattern_windows
 from .syntax.tokens import EOF, IDENT, OP, QIDENT, Positions, Token, tokenize
 
 __all__ = [
@@ -162,6 +164,23 @@ def _tokens(text: str) -> list[Token]:
             i = at + 1
 
 
+def _parenthesis_pairs(tokens: list[Token]) -> dict[int, int]:
+    """Token index of each '(' -> its ')' and back."""
+    match: dict[int, int] = {}
+    stack: list[int] = []
+    for i, tok in enumerate(tokens):
+        if tok.is_op("("):
+            stack.append(i)
+        elif tok.is_op(")"):
+            if not stack:
+                raise _syntax("unbalanced ')'", tok, "unbalanced_parentheses")
+            j = stack.pop()
+            match[i], match[j] = j, i
+    if stack:
+        raise _syntax("'(' is never closed", tokens[stack[-1]], "unbalanced_parentheses")
+    return match
+
+
 def _syntax(message: str, tok: Token, code: str) -> SqlSyntaxError:
     return SqlSyntaxError(message, code=code, line=tok.line, column=tok.column)
 
@@ -232,20 +251,7 @@ class SqlStatement:
                               "after this ';'", tok, "multiple_statements")
 
     def _match_parentheses(self) -> dict[int, int]:
-        match: dict[int, int] = {}
-        stack: list[int] = []
-        for i, tok in enumerate(self.tokens):
-            if tok.is_op("("):
-                stack.append(i)
-            elif tok.is_op(")"):
-                if not stack:
-                    raise _syntax("unbalanced ')'", tok, "unbalanced_parentheses")
-                j = stack.pop()
-                match[i], match[j] = j, i
-        if stack:
-            raise _syntax("'(' is never closed", self.tokens[stack[-1]],
-                          "unbalanced_parentheses")
-        return match
+        return _parenthesis_pairs(self.tokens)
 
     def _site(self, k: int) -> MatchRecognizeSite:
         toks, kw = self.tokens, self.tokens[k]
@@ -772,7 +778,9 @@ def run_sql(query: str, tables: Mapping[str, object], engine: str = "auto", *,
     ...         {"t": t}, run_clause=fake).to_pylist()
     [{'n': 2}]
     """
-    statement = SqlStatement(query)
+    if not isinstance(query, str):
+        raise SqlSyntaxError(f"the query must be a string, got {type(query).__name__}",
+                             code="not_text")
     converted: dict[str, pa.Table] = {}
     kinds: set[str] = set()
     folded: dict[str, str] = {}
@@ -790,7 +798,17 @@ def run_sql(query: str, tables: Mapping[str, object], engine: str = "auto", *,
     kind = "cudf" if "cudf" in kinds else "pandas" if "pandas" in kinds else "arrow"
     backend = _DuckDBBackend(converted, engine, run_clause or _default_clause_runner)
     try:
-        result = backend.evaluate(statement)
+        tokens = _tokens(query)
+        if has_pattern_window(tokens):
+            # WINDOW w AS (... PATTERN ...): evaluated first, into columns of the input
+            rewritten = rewrite_pattern_windows(query, tokens, _parenthesis_pairs(tokens),
+                                                converted, backend.run, engine)
+            if rewritten is not None:
+                query, widened = rewritten
+                backend.register(widened, WINDOW_INPUT)
+                if not any(t.is_keyword("MATCH_RECOGNIZE") for t in _tokens(query)):
+                    return from_arrow(backend.run(query), kind)
+        result = backend.evaluate(SqlStatement(query))
     finally:
         backend.close()
     return from_arrow(result, kind)

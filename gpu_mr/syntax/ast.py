@@ -474,5 +474,15 @@ class MatchRecognize(Node):
         return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class WindowPattern(Node):
+    """Row pattern recognition in a WINDOW specification: the pattern clause
+    (ONE ROW PER MATCH semantics) plus the frame and INITIAL/SEEK."""
+    clause: MatchRecognize = None
+    frame_end: Optional[int] = None    # rows after the current one; None: UNBOUNDED
+    seek: bool = False
+    pos: Pos = field(default=NOPOS, compare=False, repr=False)
+
+
 def is_node(x: Any) -> bool:
     return is_dataclass(x) and isinstance(x, Node)

@@ -50,6 +50,14 @@ def parse_clause(text: str, start: int = 0, end: Optional[int] = None) -> A.Matc
     return clause
 
 
+def parse_window_spec(text: str, start: int = 0, end: Optional[int] = None) -> A.WindowPattern:
+    """Parse the body of ``WINDOW w AS ( ... )`` holding a row pattern."""
+    parser = Parser(tokenize(text, start, end))
+    spec = parser.parse_window_spec()
+    parser.expect_eof()
+    return spec
+
+
 def parse_expression(text: str) -> A.Expr:
     """Parse one expression (used by tests and tools)."""
     parser = Parser(tokenize(text))
@@ -132,25 +140,9 @@ class Parser:
 
     # --------------------------------------------------------------- clause
     def parse_clause(self) -> A.MatchRecognize:
-        partition_by: list = []
-        order_by: list = []
-        measures: list = []
+        partition_by, order_by, measures = self._parse_head()
         rows, empty = "ONE", "SHOW"
         skip = A.SkipTo()
-        if self.accept_keyword("PARTITION"):
-            self.expect_keyword("BY", "after PARTITION")
-            partition_by.append(self._parse_column_ref("PARTITION BY"))
-            while self.accept_op(","):
-                partition_by.append(self._parse_column_ref("PARTITION BY"))
-        if self.accept_keyword("ORDER"):
-            self.expect_keyword("BY", "after ORDER")
-            order_by.append(self._parse_sort_key())
-            while self.accept_op(","):
-                order_by.append(self._parse_sort_key())
-        if self.accept_keyword("MEASURES"):
-            measures.append(self._parse_measure())
-            while self.accept_op(","):
-                measures.append(self._parse_measure())
         if self.at_keyword("ONE"):
             self.advance()
             self.expect_keyword("ROW", "(in ONE ROW PER MATCH)")
@@ -178,6 +170,80 @@ class Parser:
             skip = self._parse_skip()
         if mode is None:
             mode = self._parse_mode()      # the proposal puts it after AFTER MATCH SKIP
+        pattern_tok, pattern, time_limit, subsets, defines = self._parse_tail()
+        return A.MatchRecognize(tuple(partition_by), tuple(order_by), tuple(measures), rows,
+                                empty, skip, pattern, tuple(subsets), tuple(defines),
+                                time_limit=time_limit, mode=mode,
+                                pattern_pos=self.pos(pattern_tok))
+
+    def parse_window_spec(self) -> A.WindowPattern:
+        """A WINDOW specification with row pattern recognition (proposal §3,
+        Trino): ``[PARTITION BY] [ORDER BY] [MEASURES] ROWS BETWEEN CURRENT ROW
+        AND frame_end [EXCLUDE NO OTHERS] [AFTER MATCH SKIP] [INITIAL | SEEK]
+        PATTERN (...) [SUBSET] DEFINE ...``."""
+        partition_by, order_by, measures = self._parse_head()
+        frame_tok = self.tok
+        self.expect_keyword("ROWS", "BETWEEN CURRENT ROW AND ... (a pattern window's frame)")
+        self.expect_keyword("BETWEEN")
+        self.expect_keyword("CURRENT", "ROW (a pattern window's frame starts at the current row)")
+        self.expect_keyword("ROW")
+        self.expect_keyword("AND")
+        if self.accept_keyword("UNBOUNDED"):
+            self.expect_keyword("FOLLOWING")
+            frame_end = None
+        elif self.accept_keyword("CURRENT"):
+            self.expect_keyword("ROW")
+            frame_end = 0
+        else:
+            if self.tok.kind != NUMBER or not isinstance(self.tok.value, int):
+                self.fail("UNBOUNDED FOLLOWING, CURRENT ROW or n FOLLOWING")
+            frame_end = self.advance().value
+            self.expect_keyword("FOLLOWING")
+        if self.accept_keyword("EXCLUDE"):
+            self.expect_keyword("NO", "(only EXCLUDE NO OTHERS is allowed with a pattern)")
+            self.expect_keyword("OTHERS")
+        skip = self._parse_skip() if self.at_keyword("AFTER") else A.SkipTo()
+        seek = False
+        if self.accept_keyword("SEEK"):
+            seek = True
+        else:
+            self.accept_keyword("INITIAL")
+        mode_tok = self.tok
+        mode = self._parse_mode()
+        if mode is not None:
+            raise AnalysisError(f"{'ALL MATCHES' if mode == 'ALL' else mode + ' MATCH'} cannot be "
+                                f"used in a WINDOW pattern: a window gives one match per row",
+                                code="mode_in_window", line=mode_tok.line,
+                                column=mode_tok.column)
+        pattern_tok, pattern, time_limit, subsets, defines = self._parse_tail()
+        clause = A.MatchRecognize(tuple(partition_by), tuple(order_by), tuple(measures), "ONE",
+                                  "SHOW", skip, pattern, tuple(subsets), tuple(defines),
+                                  time_limit=time_limit, pattern_pos=self.pos(pattern_tok))
+        return A.WindowPattern(clause=clause, frame_end=frame_end, seek=seek,
+                               pos=self.pos(frame_tok))
+
+    def _parse_head(self) -> tuple:
+        partition_by: list = []
+        order_by: list = []
+        measures: list = []
+        if self.accept_keyword("PARTITION"):
+            self.expect_keyword("BY", "after PARTITION")
+            partition_by.append(self._parse_column_ref("PARTITION BY"))
+            while self.accept_op(","):
+                partition_by.append(self._parse_column_ref("PARTITION BY"))
+        if self.accept_keyword("ORDER"):
+            self.expect_keyword("BY", "after ORDER")
+            order_by.append(self._parse_sort_key())
+            while self.accept_op(","):
+                order_by.append(self._parse_sort_key())
+        if self.accept_keyword("MEASURES"):
+            measures.append(self._parse_measure())
+            while self.accept_op(","):
+                measures.append(self._parse_measure())
+        return partition_by, order_by, measures
+
+    def _parse_tail(self) -> tuple:
+        """PATTERN (...) [time limit] [SUBSET ...] [DEFINE ...]."""
         if not self.at_keyword("PATTERN"):
             self._fail_misplaced_clause()
             self.fail("PATTERN")
@@ -199,10 +265,7 @@ class Parser:
             defines.append(self._parse_define())
             while self.accept_op(","):
                 defines.append(self._parse_define())
-        return A.MatchRecognize(tuple(partition_by), tuple(order_by), tuple(measures), rows,
-                                empty, skip, pattern, tuple(subsets), tuple(defines),
-                                time_limit=time_limit, mode=mode,
-                                pattern_pos=self.pos(pattern_tok))
+        return pattern_tok, pattern, time_limit, subsets, defines
 
     def _parse_mode(self) -> Optional[str]:
         """The 2007 proposal's MAXIMAL MATCH / INCREMENTAL MATCH / ALL MATCHES
