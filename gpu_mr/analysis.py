@@ -409,6 +409,16 @@ class _ExprChecker:
         if e.semantics == "FINAL" and self.context == "DEFINE":
             raise _err("FINAL cannot be used in DEFINE (only RUNNING semantics exists while "
                        "matching)", e.pos, "final_in_define")
+        if e.over_order:
+            written = [(k.column.column.upper() if not k.column.quoted else k.column.column,
+                        k.ascending) for k in e.over_order]
+            clause = [(k.column.column.upper() if not k.column.quoted else k.column.column,
+                       k.ascending) for k in self.a.clause.order_by]
+            if written != clause:
+                raise _err(f"{e.name}(...) OVER (ORDER BY ...) must use the ORDER BY of the "
+                           f"MATCH_RECOGNIZE (a cumulative aggregate runs in match order)",
+                           e.pos, "bad_cumulative_order")
+            e = replace(e, over_order=())       # checked: a RUNNING aggregate
         if e.star:
             if e.star_var is not None:
                 self._known_var(e.star_var, e.pos)

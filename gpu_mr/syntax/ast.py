@@ -235,16 +235,20 @@ class Aggregate(Expr):
     star_var: Optional[str] = None
     distinct: bool = False
     semantics: Optional[str] = None
+    over_order: tuple = ()                  # agg(x) OVER (ORDER BY ...): the proposal's
+                                            # cumulative (RUNNING) aggregate
     var: Optional[str] = None               # filled by analysis: rows aggregated over
     type: Optional[SqlType] = None
 
     def to_sql(self) -> str:
-        sem = f"{self.semantics} " if self.semantics else ""
+        sem = f"{self.semantics} " if self.semantics and not self.over_order else ""
         if self.star:
             inner = f"{quote_ident(self.star_var)}.*" if self.star_var else "*"
         else:
             inner = ("DISTINCT " if self.distinct else "") + ", ".join(a.to_sql() for a in self.args)
-        return f"{sem}{self.name}({inner})"
+        over = (" OVER (ORDER BY " + ", ".join(k.to_sql() for k in self.over_order) + ")"
+                if self.over_order else "")
+        return f"{sem}{self.name}({inner}){over}"
 
 
 @dataclass(frozen=True)

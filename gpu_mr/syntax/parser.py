@@ -889,6 +889,23 @@ class Parser:
 
     def _parse_call(self) -> A.Expr:
         call = self._parse_call_inner()
+        if isinstance(call, A.Aggregate) and self.at_keyword("OVER") and \
+                self.peek().is_op("(") and self.peek(2).is_keyword("ORDER"):
+            # the proposal's cumulative aggregate, agg(x) OVER (ORDER BY ...): RUNNING
+            self.advance()
+            self.advance()
+            self.advance()
+            self.expect_keyword("BY", "after ORDER")
+            keys = [self._parse_sort_key()]
+            while self.accept_op(","):
+                keys.append(self._parse_sort_key())
+            self.expect_op(")", "to close OVER (ORDER BY ...)")
+            if call.semantics == "FINAL":
+                raise AnalysisError("a cumulative aggregate (OVER (ORDER BY ...)) is RUNNING; "
+                                    "it cannot be FINAL", code="bad_semantics",
+                                    line=call.pos.line, column=call.pos.column)
+            from dataclasses import replace
+            call = replace(call, semantics="RUNNING", over_order=tuple(keys))
         self._reject_window_syntax()
         return call
 
