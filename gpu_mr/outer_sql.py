@@ -802,7 +802,7 @@ def run_sql(query: str, tables: Mapping[str, object], engine: str = "auto", *,
         if has_pattern_window(tokens):
             # WINDOW w AS (... PATTERN ...): evaluated first, into columns of the input
             rewritten = rewrite_pattern_windows(query, tokens, _parenthesis_pairs(tokens),
-                                                converted, backend.run, engine)
+                                                backend.run, engine)
             if rewritten is not None:
                 query, widened = rewritten
                 backend.register(widened, WINDOW_INPUT)

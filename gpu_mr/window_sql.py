@@ -28,7 +28,7 @@ from .engines.window import run_window_pattern
 from .errors import AnalysisError, SqlSyntaxError
 from .syntax import ast as A
 from .syntax import parse_expression, parse_window_spec
-from .syntax.tokens import EOF, IDENT, OP, QIDENT, Token
+from .syntax.tokens import EOF, IDENT, QIDENT, Token
 
 INPUT_NAME = "__gpu_mr_window_input"
 _CLAUSE_KEYWORDS = ("SELECT", "FROM", "WHERE", "GROUP", "HAVING", "WINDOW", "QUALIFY", "ORDER",
@@ -51,7 +51,7 @@ def has_pattern_window(tokens: list) -> bool:
         t.is_keyword("PATTERN") for t in tokens)
 
 
-def rewrite_pattern_windows(query: str, tokens: list, match: dict, tables: dict,
+def rewrite_pattern_windows(query: str, tokens: list, match: dict,
                             run_source: Callable[[str], pa.Table], engine: str):
     """Evaluate the pattern windows of ``query``.
 
@@ -60,9 +60,15 @@ def rewrite_pattern_windows(query: str, tokens: list, match: dict, tables: dict,
     over the caller's tables. Returns (rewritten statement, widened input
     table), or None when the statement has no pattern window.
     """
-    depth = _depths(tokens, match)
+    depth = _depths(tokens)
     windows, window_edit = _pattern_windows(query, tokens, match, depth)
     if not windows:
+        nested = next((t for i, t in enumerate(tokens) if t.is_keyword("WINDOW") and depth[i] > 0
+                       and any(x.is_keyword("PATTERN") for x in tokens[i:])), None)
+        if nested is not None:
+            raise AnalysisError("a WINDOW with a row pattern is supported in the outermost "
+                                "SELECT only; move it out of the subquery", code="nested_window",
+                                line=nested.line, column=nested.column)
         return None
     grouping = next((t for i, t in enumerate(tokens)
                      if t.is_keyword("GROUP", "HAVING") and depth[i] == 0), None)
@@ -91,7 +97,7 @@ def rewrite_pattern_windows(query: str, tokens: list, match: dict, tables: dict,
     return text, source
 
 
-def _depths(tokens: list, match: dict) -> list:
+def _depths(tokens: list) -> list:
     depth, out = 0, []
     for t in tokens:
         if t.is_op(")"):
