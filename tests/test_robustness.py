@@ -131,8 +131,10 @@ def clauses(draw):
     rows = draw(st.sampled_from(["ONE ROW PER MATCH", "ALL ROWS PER MATCH",
                                  "ALL ROWS PER MATCH WITH UNMATCHED ROWS"]))
     pattern = draw(st.sampled_from(["A B*", "(A | B)+", "A* B?", "PERMUTE(A, B)", "A+? B"]))
-    return (f"ORDER BY id MEASURES {', '.join(measures)} {rows} PATTERN ({pattern}) "
-            f"DEFINE A AS {define_a}, B AS {define_b}")
+    mode = draw(st.sampled_from(["", "", "ALL MATCHES", "MAXIMAL MATCH", "INCREMENTAL MATCH"]))
+    within = draw(st.sampled_from(["", "", "WITHIN INTERVAL '1' DAY", "INTERVAL 30 SECONDS"]))
+    return (f"ORDER BY ts, id MEASURES {', '.join(measures)} {rows} {mode} PATTERN ({pattern}) "
+            f"{within} DEFINE A AS {define_a}, B AS {define_b}")
 
 
 @settings(max_examples=1500 if FULL else 300, deadline=None,
