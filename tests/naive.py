@@ -13,7 +13,8 @@ here from the texts rather than shared with the engine.
 from __future__ import annotations
 
 from gpu_mr.interpreter import Interpreter, MatchView
-from gpu_mr.pattern.nfa import ASSERT_END, ASSERT_START, CONSUME, EPS, MATCH, SPLIT, compile_nfa
+from gpu_mr.pattern.nfa import (ASSERT_END, ASSERT_NOT, ASSERT_START, CONSUME, EPS, MATCH, SPLIT,
+                                compile_nfa)
 from gpu_mr.syntax import types as T
 
 
@@ -190,6 +191,10 @@ class _Paths:
                     yield from walk(inst.out, q, labels, visited)
             elif inst.op == ASSERT_END:
                 if q == hi:
+                    yield from walk(inst.out, q, labels, visited)
+            elif inst.op == ASSERT_NOT:
+                # a possessive loop may stop only where its variable cannot go on
+                if not (q < hi and in_time(q) and holds(inst.var, q, labels)):
                     yield from walk(inst.out, q, labels, visited)
 
         return walk(self.start_state, start, [], frozenset())

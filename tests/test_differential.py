@@ -45,8 +45,10 @@ def patterns(depth: int = 3):
     def extend(children):
         quant = st.tuples(children, st.sampled_from([(0, None), (1, None), (0, 1), (2, 2),
                                                      (1, 3), (0, 2), (2, None)]),
-                          st.booleans()).map(
-            lambda t: A.PQuant(body=t[0], min=t[1][0], max=t[1][1], greedy=t[2]))
+                          st.booleans(), st.integers(0, 3)).map(
+            lambda t: A.PQuant(body=t[0], min=t[1][0], max=t[1][1], greedy=t[2],
+                               # possessive (ESL-TS's star) on single variables, now and then
+                               possessive=t[2] and t[3] == 0 and isinstance(t[0], A.PVar)))
         concat = st.lists(children, min_size=2, max_size=3).map(
             lambda xs: A.PConcat(items=tuple(xs)))
         alt = st.lists(children, min_size=2, max_size=3).map(lambda xs: A.PAlt(items=tuple(xs)))

@@ -28,7 +28,7 @@ stop with SearchLimitError past the reference engine's step limit.
 from __future__ import annotations
 
 from ..errors import SearchLimitError
-from ..pattern.nfa import ASSERT_END, ASSERT_START, CONSUME, EPS, MATCH, SPLIT
+from ..pattern.nfa import ASSERT_END, ASSERT_NOT, ASSERT_START, CONSUME, EPS, MATCH, SPLIT
 from .base import Match
 
 
@@ -41,6 +41,7 @@ def all_matches_at(m, start: int, match_number: int) -> list:
     found: list = []
     seen: set = set()
     m.match_number = match_number
+    m.search_start = start
     stack = [(m.start_state, start, (), (), frozenset())]
     while stack:
         state, q, labels, excluded, visited = stack.pop()
@@ -76,6 +77,9 @@ def all_matches_at(m, start: int, match_number: int) -> list:
                 stack.append((inst.out, q, labels, excluded, visited))
         elif inst.op == ASSERT_END:
             if q == m.hi:
+                stack.append((inst.out, q, labels, excluded, visited))
+        elif inst.op == ASSERT_NOT:
+            if m.consume_fails(inst.var, q, list(labels)):
                 stack.append((inst.out, q, labels, excluded, visited))
     return found
 
@@ -158,6 +162,7 @@ def exact_status(m, start: int, end: int, match_number: int):
     preferred mapping among those ending exactly there), are a live prefix of
     one ("alive"), or neither ("dead")."""
     m.match_number = match_number
+    m.search_start = start
     deadline = m.deadline(start)
     threads: list = []
     m.closure_plain(m.start_state, (), (), start, threads, set())

@@ -34,8 +34,8 @@ from ..analysis import CheckedQuery
 from ..errors import MatchRuntimeError, SearchLimitError
 from ..frames import SortedInput
 from ..interpreter import Interpreter, MatchView, _add_months, _as_ns, compare
-from ..pattern.nfa import (ASSERT_END, ASSERT_START, CONSUME, EPS, MATCH, SPLIT, Program,
-                           compile_nfa)
+from ..pattern.nfa import (ASSERT_END, ASSERT_NOT, ASSERT_START, CONSUME, EPS, MATCH, SPLIT,
+                           Program, compile_nfa)
 from ..syntax import ast as A
 from ..syntax import types as T
 from . import modes
@@ -199,6 +199,7 @@ class _PartitionMatcher:
             return out
 
         deadline = self.deadline(start)
+        self.search_start, self.labels_of = start, labels_of
         best = None
         threads: list = []
         seen: set = set()
@@ -273,6 +274,9 @@ class _PartitionMatcher:
             elif op == ASSERT_END:
                 if q == self.hi:
                     stack.append(inst.out)
+            elif op == ASSERT_NOT:
+                if self.consume_fails(inst.var, q, self.labels_of(path)):
+                    stack.append(inst.out)
             elif op == CONSUME and self.memo_dead and (s, q) in self.dead:
                 continue
             else:
@@ -314,8 +318,22 @@ class _PartitionMatcher:
             elif inst.op == ASSERT_END:
                 if q == self.hi:
                     stack.append(inst.out)
+            elif inst.op == ASSERT_NOT:
+                if self.consume_fails(inst.var, q, list(labels)):
+                    stack.append(inst.out)
             else:
                 out.append((s, labels, excluded))
+
+    def consume_fails(self, var: int, q: int, labels: list) -> bool:
+        """Whether ``var`` cannot take row ``q`` on this path (the guard of a
+        possessive quantifier's exit): past the partition, out of time, or
+        its DEFINE does not hold."""
+        if q >= self.hi:
+            return True
+        deadline = self.deadline(self.search_start)
+        if deadline is not None and not self.in_time(q, deadline):
+            return True
+        return not self.holds_on(var, q, self.search_start, labels)
 
     def holds_on(self, var: int, row: int, start: int, labels: list) -> bool:
         """DEFINE of ``var`` at ``row`` for a path given as its labels so far."""

@@ -25,9 +25,9 @@ from typing import Optional
 from ..errors import AnalysisError
 from ..syntax import ast as A
 
-CONSUME, SPLIT, EPS, ASSERT_START, ASSERT_END, MATCH = range(6)
+CONSUME, SPLIT, EPS, ASSERT_START, ASSERT_END, MATCH, ASSERT_NOT = range(7)
 OP_NAMES = {CONSUME: "consume", SPLIT: "split", EPS: "eps", ASSERT_START: "assert ^",
-            ASSERT_END: "assert $", MATCH: "match"}
+            ASSERT_END: "assert $", MATCH: "match", ASSERT_NOT: "assert not"}
 
 # A bound on program size: large enough for any hand-written pattern
 # (e.g. (A B C){1000} or a PERMUTE of 6 items), small enough that building
@@ -51,6 +51,8 @@ class Inst:
             return f"split {self.out}, {self.out2}"
         if self.op == MATCH:
             return "match"
+        if self.op == ASSERT_NOT:
+            return f"assert not {var_names[self.var]} -> {self.out}"
         return f"{OP_NAMES[self.op]} -> {self.out}"
 
 
@@ -78,7 +80,8 @@ def desugar(p: A.Pattern) -> A.Pattern:
     if isinstance(p, (A.PConcat, A.PAlt)):
         return type(p)(pos=p.pos, items=tuple(desugar(i) for i in p.items))
     if isinstance(p, A.PQuant):
-        return A.PQuant(pos=p.pos, body=desugar(p.body), min=p.min, max=p.max, greedy=p.greedy)
+        return A.PQuant(pos=p.pos, body=desugar(p.body), min=p.min, max=p.max, greedy=p.greedy,
+                        possessive=p.possessive)
     if isinstance(p, A.PExclude):
         return A.PExclude(pos=p.pos, body=desugar(p.body))
     return p
@@ -141,6 +144,8 @@ class _Builder:
         raise AssertionError(f"unexpected pattern node {p!r}")
 
     def _quantified(self, q: A.PQuant, nxt: int, excluded: bool) -> int:
+        if q.possessive:
+            return self._possessive(q, nxt, excluded)
         entry = nxt
         if q.max is None:
             # star: loop: split(body -> loop, exit), body first when greedy
@@ -158,4 +163,25 @@ class _Builder:
                                   else Inst(SPLIT, out=nxt, out2=body))
         for _ in range(q.min):
             entry = self.compile(q.body, entry, excluded)
+        return entry
+
+    def _possessive(self, q: A.PQuant, nxt: int, excluded: bool) -> int:
+        """``v{n,m}+``: after the n required rows, take each further row that
+        v accepts (up to m), and leave only where v does not accept the next
+        row: ASSERT_NOT v guards the exit, so no other path exists."""
+        var = self.var_ids[q.body.name]
+        if q.max is None:
+            loop = self.placeholder()
+            take = self.emit(Inst(CONSUME, out=loop, var=var, excluded=excluded))
+            leave = self.emit(Inst(ASSERT_NOT, out=nxt, var=var))
+            self.patch(loop, Inst(SPLIT, out=take, out2=leave))
+            entry = loop
+        else:
+            entry = nxt
+            for _ in range(q.max - q.min):
+                take = self.emit(Inst(CONSUME, out=entry, var=var, excluded=excluded))
+                leave = self.emit(Inst(ASSERT_NOT, out=nxt, var=var))
+                entry = self.emit(Inst(SPLIT, out=take, out2=leave))
+        for _ in range(q.min):
+            entry = self.emit(Inst(CONSUME, out=entry, var=var, excluded=excluded))
         return entry

@@ -319,6 +319,7 @@ class PQuant(Pattern):
     min: int = 0
     max: Optional[int] = None     # None: unbounded
     greedy: bool = True
+    possessive: bool = False      # `Y*+`: takes every row it can, never gives one back
 
     def to_sql(self) -> str:
         if (self.min, self.max) == (0, None):
@@ -331,7 +332,8 @@ class PQuant(Pattern):
             q = f"{{{self.min}}}"
         else:
             q = f"{{{self.min},{'' if self.max is None else self.max}}}"
-        return _pattern_operand(self.body, PQuant) + q + ("" if self.greedy else "?")
+        suffix = "+" if self.possessive else ("" if self.greedy else "?")
+        return _pattern_operand(self.body, PQuant) + q + suffix
 
 
 @dataclass(frozen=True)

@@ -464,8 +464,14 @@ class Parser:
         quant = self._parse_quantifier()
         if quant is None:
             return primary
-        lo, hi, greedy, _ = quant
-        node = A.PQuant(pos=primary.pos, body=primary, min=lo, max=hi, greedy=greedy)
+        lo, hi, greedy, qpos = quant
+        possessive = greedy and bool(self.accept_op("+"))
+        if possessive and not isinstance(primary, A.PVar):
+            raise AnalysisError("a possessive quantifier (`*+`, `++`, `?+`) applies to a single "
+                                "pattern variable", code="bad_possessive", line=qpos.line,
+                                column=qpos.column)
+        node = A.PQuant(pos=primary.pos, body=primary, min=lo, max=hi, greedy=greedy,
+                        possessive=possessive)
         if self.tok.is_op("*", "+", "?", "{"):
             self.fail("a pattern element (a quantifier cannot follow a quantifier; "
                       "use parentheses)", code="double_quantifier")
