@@ -1,14 +1,15 @@
 """gpu_mr: SQL row pattern recognition (MATCH_RECOGNIZE) for big historical data.
 
 Public API (DESIGN.md §2): :func:`match_recognize`, :func:`sql`, :func:`compile`,
-and the error hierarchy in :mod:`gpu_mr.errors`.
+:func:`esl` (ESL-TS sequence queries) and the error hierarchy in :mod:`gpu_mr.errors`.
 """
 
 from . import errors
 from .api import CompiledQuery, compile, match_recognize, sql
+from .esl import esl
 from .errors import GpuMrError
 
 __version__ = "0.1.0"
 
-__all__ = ["match_recognize", "sql", "compile", "CompiledQuery", "errors", "GpuMrError",
+__all__ = ["match_recognize", "sql", "compile", "esl", "CompiledQuery", "errors", "GpuMrError",
            "__version__"]

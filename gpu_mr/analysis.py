@@ -69,6 +69,7 @@ class CheckedQuery:
     time_limit: Optional[A.TimeLimit] = None   # WITHIN / INTERVAL after PATTERN
     time_column: Optional[str] = None          # the ORDER BY column it is measured on
     mode: Optional[str] = None                 # None (SQL:2016) | MAXIMAL | INCREMENTAL | ALL
+    match_filter: Optional[A.Expr] = None      # boolean, on the complete match (ESL-TS)
 
     def var_rows(self, var: Optional[str]) -> Optional[frozenset]:
         """The primary variables a (possibly subset/universal) name covers;
@@ -144,8 +145,22 @@ class _Analyzer:
             order_keys=tuple(order), rows_per_match=c.rows_per_match,
             empty_matches=c.empty_matches, skip=c.skip, pattern=c.pattern,
             has_exclusion=self.has_exclusion, history_dependent=history,
-            time_limit=c.time_limit, time_column=time_column, mode=c.mode)
+            time_limit=c.time_limit, time_column=time_column, mode=c.mode,
+            match_filter=self._check_match_filter())
         return replace(checked, output_schema=self._output_schema(checked))
+
+    def _check_match_filter(self) -> Optional[A.Expr]:
+        f = self.clause.match_filter
+        if f is None:
+            return None
+        if self.clause.mode is not None or self.clause.skip.kind == "CURRENT_ROW":
+            raise _err("a condition on the whole match cannot be combined with a matching "
+                       "mode", f.pos, "bad_mode")
+        expr = _ExprChecker(self, context="MEASURES", defining=None).check(f)
+        if expr.type.kind not in ("BOOLEAN", "UNKNOWN"):
+            raise _err(f"the condition on the match must be boolean, not {expr.type}", f.pos,
+                       "filter_not_boolean")
+        return expr
 
     def _check_time_limit(self, order: list) -> Optional[str]:
         """WITHIN / INTERVAL is measured on the first ORDER BY key, which must

@@ -108,6 +108,10 @@ def case_table(case: Case, name: Optional[str] = None) -> pa.Table:
 
 def run_case(case: Case, engine: str):
     spec = case.spec
+    if "esl" in spec:
+        used = spec.get("tables_used") or {}
+        tables = {name: case_table(case, table_name) for name, table_name in used.items()}
+        return gpu_mr.esl(spec["esl"], engine=engine, **tables)
     if "sql" in spec:
         used = spec.get("tables_used") or {}
         if not used and "table" in spec:

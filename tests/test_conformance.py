@@ -20,7 +20,8 @@ def test_case_files_are_well_formed():
         spec = case.spec
         assert case.id not in names, f"duplicate case {case.id}"
         names.add(case.id)
-        assert ("query" in spec) != ("sql" in spec), f"{case.id}: one of query/sql"
+        assert sum(k in spec for k in ("query", "sql", "esl")) == 1, \
+            f"{case.id}: exactly one of query/sql/esl"
         assert ("expected" in spec) != ("error" in spec), f"{case.id}: one of expected/error"
     assert len(CASES) >= 200
 

@@ -84,6 +84,8 @@ class ReferenceEngine:
 def _referenced_columns(query: CheckedQuery) -> set:
     names = set()
     exprs = list(query.defines.values()) + [m.expr for m in query.measures]
+    if query.match_filter is not None:
+        exprs.append(query.match_filter)
     for e in exprs:
         for n in e.walk():
             if isinstance(n, A.ColumnRef):
@@ -132,11 +134,23 @@ class _PartitionMatcher:
                 pos += 1
                 continue
             end_exclusive, labels, excluded = found
+            m = Match(self.part, number + 1, pos, end_exclusive - 1, labels, excluded)
+            if not self.passes_filter(m):
+                pos += 1            # rejected as a whole: no match starts here
+                continue
             number += 1
-            m = Match(self.part, number, pos, end_exclusive - 1, labels, excluded)
             matches.append(m)
             pos = pos + 1 if m.is_empty else self.resume_row(m)
         return matches
+
+    def passes_filter(self, m: Match) -> bool:
+        """The match-level condition (ESL-TS's final aggregates), as of the
+        match's last row."""
+        if self.q.match_filter is None:
+            return True
+        view = MatchView(self.lo, self.hi, m.start, list(m.labels),
+                         None if m.is_empty else m.end, m.end, m.end, m.number)
+        return self.interp.eval(self.q.match_filter, view) is True
 
     def resume_row(self, m: Match) -> int:
         skip = self.q.skip

@@ -451,6 +451,9 @@ class MatchRecognize(Node):
     defines: tuple = ()            # Define
     time_limit: Optional[TimeLimit] = None
     mode: Optional[str] = None     # None (SQL:2016) | MAXIMAL | INCREMENTAL | ALL
+    # A condition on the whole match, tested once it is complete (ESL-TS's
+    # final aggregates); not SQL syntax, so it does not print.
+    match_filter: Optional[Expr] = None
     pattern_pos: Pos = field(default=NOPOS, compare=False, repr=False)
 
     def to_sql(self) -> str:
