@@ -95,6 +95,8 @@ def _parse(query: str) -> dict:
         raise _err("expected a table name after FROM", toks[i])
     table = toks[i]
     i += 1
+    if toks[i].is_keyword("AS") and toks[i + 1].kind in (IDENT, QIDENT):
+        i += 2                       # a table alias; only a join would need it
     if toks[i].is_op(","):
         raise _err("ESL-TS queries over a join are not supported: run the sequence query on "
                    "one table and join its result in SQL", toks[i], "esl_join")
