@@ -33,6 +33,13 @@ def explain(query: CheckedQuery, schema_known: bool = True) -> str:
     lines.append(f"rows per match: {query.rows_per_match}"
                  + ("" if query.rows_per_match == "ONE" else f" ({query.empty_matches})"))
     lines.append(f"after match: {query.skip.to_sql()}")
+    if query.mode is not None:
+        lines.append(f"matching mode: {'ALL MATCHES' if query.mode == 'ALL' else query.mode + ' MATCH'}"
+                     " (the 2007 proposal's; see docs/semantics.md)")
+    if query.time_limit is not None:
+        lines.append(f"time limit: {query.time_limit.to_sql()} on {query.time_column}")
+    if query.match_filter is not None:
+        lines.append(f"condition on the whole match: {query.match_filter.to_sql()}")
     lines.append("measures:" if query.measures else "measures: (none)")
     for m in query.measures:
         type_name = "(type known with a schema)" if m.type.kind == "UNKNOWN" else m.type.sql_name()
