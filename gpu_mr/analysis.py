@@ -169,7 +169,7 @@ class _Analyzer:
         limit = self.clause.time_limit
         if limit is None:
             return None
-        what = f"{limit.keyword} {limit.interval.to_sql()}"
+        what = limit.to_sql()
         if limit.interval.value <= 0:
             raise _err(f"{what}: the time limit must be positive", limit.pos, "bad_time_limit")
         if not order:

@@ -99,6 +99,8 @@ def _maximal(query, paths, interp, lo, hi):
     while row < hi:
         pool = []
         for end, labels in _distinct(paths.accepting(row, number + 1)):
+            if end == row:
+                continue                  # MAXIMAL is a subset of ALL: no empty matches
             last = end - 1
             inside = any(a <= row <= b for a, b in taken) if last < row else \
                 any(a <= row and last <= b for a, b in taken)

@@ -9,7 +9,7 @@ they keep SQL:2016's leftmost-first matching.
   variable mapping), in the standard's preferment order; then the next start
   row follows AFTER MATCH SKIP from the most preferred of them. Esper's
   `skip to current row` reports the same set.
-- MAXIMAL MATCH: the proposal's pool of matches, taken by its preferment:
+- MAXIMAL MATCH: the proposal's pool of (non-empty) matches, taken by its preferment:
   earliest start, then the longest match, then the standard's order; after a
   match is taken, matches are dropped per AFTER MATCH SKIP and so is any match
   contained in one already reported (the rule that reproduces the printed
@@ -115,8 +115,9 @@ def run_maximal(m) -> list:
         return any(a <= start and end <= b for a, b in reported)
 
     while pos < m.hi:
+        # a subset of ALL MATCHES: non-empty matches only
         candidates = [f for f in all_matches_at(m, pos, number + 1)
-                      if not contained(pos, f[0] - 1)]
+                      if f[0] > pos and not contained(pos, f[0] - 1)]
         if not candidates:
             pos += 1
             continue

@@ -183,6 +183,11 @@ class Parser:
         PATTERN (...) [SUBSET] DEFINE ...``."""
         partition_by, order_by, measures = self._parse_head()
         frame_tok = self.tok
+        if self.at_keyword("ONE") or self.at_keywords("ALL", "ROWS"):
+            raise SqlSyntaxError(f"{'ONE ROW' if self.at_keyword('ONE') else 'ALL ROWS'} PER "
+                                 f"MATCH cannot be used in a WINDOW specification: a window "
+                                 f"gives one row per input row", code="rows_per_match_in_window",
+                                 line=frame_tok.line, column=frame_tok.column)
         self.expect_keyword("ROWS", "BETWEEN CURRENT ROW AND ... (a pattern window's frame)")
         self.expect_keyword("BETWEEN")
         self.expect_keyword("CURRENT", "ROW (a pattern window's frame starts at the current row)")
