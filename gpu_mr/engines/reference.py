@@ -268,6 +268,25 @@ class _PartitionMatcher:
         """Add the CONSUME/MATCH states reachable from ``state`` by epsilon
         edges at position ``q`` to ``out``, in priority order, each once."""
         merge_key = None if self.row_local else label_of_path[path]
+        for s in self.epsilon_closure(state, q, seen, merge_key, lambda: self.labels_of(path)):
+            if not (self.memo_dead and self.prog[s].op == CONSUME and (s, q) in self.dead):
+                out.append((s, path))
+
+    def closure_plain(self, state: int, labels: tuple, excluded: tuple, q: int, out: list,
+                      seen: set) -> None:
+        """Like :meth:`closure`, for threads that carry their labels as tuples
+        (the matching modes)."""
+        merge_key = None if self.row_local else labels
+        for s in self.epsilon_closure(state, q, seen, merge_key, lambda: list(labels)):
+            out.append((s, labels, excluded))
+
+    def epsilon_closure(self, state: int, q: int, seen: set, merge_key, labels):
+        """The CONSUME and MATCH states reachable from ``state`` at position
+        ``q``, in priority order (a depth-first walk taking the preferred edge
+        first). Each state is entered once per step and ``merge_key`` (the
+        path's mapping when DEFINEs depend on it): the empty-iteration rule and
+        the merging of equivalent threads. ``labels()`` gives the path's
+        mapping for the guard of a possessive quantifier."""
         stack = [state]
         while stack:
             s = stack.pop()
@@ -289,12 +308,10 @@ class _PartitionMatcher:
                 if q == self.hi:
                     stack.append(inst.out)
             elif op == ASSERT_NOT:
-                if self.consume_fails(inst.var, q, self.labels_of(path)):
+                if self.consume_fails(inst.var, q, labels()):
                     stack.append(inst.out)
-            elif op == CONSUME and self.memo_dead and (s, q) in self.dead:
-                continue
             else:
-                out.append((s, path))
+                yield s
 
     def deadline(self, start: int):
         """The clock value a match starting at ``start`` must stay below, or
@@ -306,37 +323,6 @@ class _PartitionMatcher:
     def in_time(self, row: int, deadline) -> bool:
         t = self.clock[row]
         return deadline is not _NEVER and t is not None and compare("<", t, deadline) is True
-
-    def closure_plain(self, state: int, labels: tuple, excluded: tuple, q: int, out: list,
-                      seen: set) -> None:
-        """Like :meth:`closure`, for threads that carry their labels as tuples
-        (the matching modes): states reached in priority order, each once per
-        step (and per mapping when DEFINEs depend on the match so far)."""
-        merge_key = None if self.row_local else labels
-        stack = [state]
-        while stack:
-            s = stack.pop()
-            key = (s, merge_key)
-            if key in seen:
-                continue
-            seen.add(key)
-            inst = self.prog[s]
-            if inst.op == SPLIT:
-                stack.append(inst.out2)
-                stack.append(inst.out)
-            elif inst.op == EPS:
-                stack.append(inst.out)
-            elif inst.op == ASSERT_START:
-                if q == self.lo:
-                    stack.append(inst.out)
-            elif inst.op == ASSERT_END:
-                if q == self.hi:
-                    stack.append(inst.out)
-            elif inst.op == ASSERT_NOT:
-                if self.consume_fails(inst.var, q, list(labels)):
-                    stack.append(inst.out)
-            else:
-                out.append((s, labels, excluded))
 
     def consume_fails(self, var: int, q: int, labels: list) -> bool:
         """Whether ``var`` cannot take row ``q`` on this path (the guard of a
