@@ -64,7 +64,7 @@ def rewrite_pattern_windows(query: str, tokens: list, match: dict,
     windows, window_edit = _pattern_windows(query, tokens, match, depth)
     if not windows:
         nested = next((t for i, t in enumerate(tokens) if t.is_keyword("WINDOW") and depth[i] > 0
-                       and any(x.is_keyword("PATTERN") for x in tokens[i:])), None)
+                       and _defines_pattern(tokens, match, i)), None)
         if nested is not None:
             raise AnalysisError("a WINDOW with a row pattern is supported in the outermost "
                                 "SELECT only; move it out of the subquery", code="nested_window",
@@ -95,6 +95,21 @@ def rewrite_pattern_windows(query: str, tokens: list, match: dict,
     for start, end, replacement in sorted(edits, reverse=True):   # back to front
         text = text[:start] + replacement + text[end:]
     return text, source
+
+
+def _defines_pattern(tokens: list, match: dict, window: int) -> bool:
+    """Whether the WINDOW clause at token ``window`` holds a PATTERN inside one
+    of its `name AS ( ... )` definitions."""
+    j = window + 1
+    while j + 2 < len(tokens) and tokens[j + 1].is_keyword("AS") and tokens[j + 2].is_op("("):
+        close = match[j + 2]
+        if any(t.is_keyword("PATTERN") for t in tokens[j + 2:close]):
+            return True
+        j = close + 1
+        if not tokens[j].is_op(","):
+            break
+        j += 1
+    return False
 
 
 def _depths(tokens: list) -> list:
