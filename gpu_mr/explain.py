@@ -10,7 +10,12 @@ from __future__ import annotations
 
 from . import engines
 from .analysis import CheckedQuery, _history_dependent
+from .pattern.dfa import Dfa, DfaTooLarge
 from .pattern.nfa import compile_nfa, desugar
+
+# Exploring every class is 2^variables steps per state; past this many
+# variables explain() does not build the DFA ahead of the data.
+_EXPLAIN_MAX_VARS = 10
 
 
 def explain(query: CheckedQuery, schema_known: bool = True) -> str:
@@ -50,6 +55,24 @@ def explain(query: CheckedQuery, schema_known: bool = True) -> str:
         lines.append("output: (column types known once a table or schema is given)")
     lines.append(f"nfa: {len(program.insts)} states")
     lines += ["  " + line for line in program.dump().splitlines()]
+    lines.append("dfa: " + _dfa_summary(query, program))
     engine = engines.choose(query, "auto")
     lines.append(f"engine (auto): {engine.name}")
     return "\n".join(lines)
+
+
+def _dfa_summary(query: CheckedQuery, program) -> str:
+    if query.history_dependent:
+        return "none (a DEFINE depends on the match so far: NFA simulation with registers)"
+    if query.mode is not None or query.time_limit is not None:
+        return "none (the matching mode or time limit needs NFA simulation)"
+    n = len(query.primary_vars)
+    if n > _EXPLAIN_MAX_VARS:
+        return f"built lazily on the classes the data holds ({n} variables)"
+    dfa = Dfa(program)
+    try:
+        states = dfa.explore(range(1 << n))
+    except DfaTooLarge as exc:
+        return f"too large ({exc}): NFA simulation"
+    return (f"{states - 1} states over {1 << n} classes (which of the {n} variables hold "
+            f"at a row)")
