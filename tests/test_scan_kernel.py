@@ -9,7 +9,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_mr.analysis import analyze
-from gpu_mr.engines.cpu import _dense_tables
 from gpu_mr.kernels.scan import SKIP_PAST_LAST_ROW, SKIP_TO_NEXT_ROW, run_scan
 from gpu_mr.pattern.dfa import Dfa, match_end
 from gpu_mr.pattern.nfa import compile_nfa
@@ -47,7 +46,7 @@ def test_kernel_equals_plain_body_and_specification(pattern, bits, cuts, skip):
                                  + (f" DEFINE {defines}" if defines else "")), None)
     dfa = Dfa(compile_nfa(query.pattern, query.primary_vars))
     present = sorted(set(bits)) or [0]
-    trans, matched, end_accept, first, other = _dense_tables(dfa, present)
+    trans, matched, end_accept, first, other = dfa.dense_tables(present)
     index = {c: i for i, c in enumerate(present)}
     dense = np.array([index[b] for b in bits], dtype=np.int32)
     bounds = sorted({0, len(bits)} | {min(c, len(bits)) for c in cuts})

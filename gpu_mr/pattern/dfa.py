@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from .nfa import ASSERT_END, ASSERT_NOT, ASSERT_START, CONSUME, EPS, MATCH, SPLIT, Program
 
 # Dense tables of this many states x the classes seen stay in cache; more
@@ -124,6 +126,23 @@ class Dfa:
                       for s in self._closure(sid, 0, at_end=True))
             self.end_accepts[sid] = hit
         return hit
+
+    def dense_tables(self, classes: list) -> tuple:
+        """The DFA over ``classes`` as arrays for a kernel: trans[state, class
+        index] (0 = dead), matched[state, class index] (a match ends before
+        the row), end_accept[state], and the two start states (at the
+        partition's first row, elsewhere)."""
+        start_first, start_other = self.start(True), self.start(False)
+        self.explore(classes)
+        n_states = len(self.states)
+        trans = np.zeros((n_states, len(classes)), dtype=np.int32)
+        matched = np.zeros((n_states, len(classes)), dtype=np.uint8)
+        end_accept = np.zeros(n_states, dtype=np.uint8)
+        for sid in range(1, n_states):
+            end_accept[sid] = self.accepts_at_end(sid)
+            for ci, c in enumerate(classes):
+                trans[sid, ci], matched[sid, ci] = self.step(sid, c)
+        return trans, matched, end_accept, start_first, start_other
 
     def explore(self, classes) -> int:
         """Build every state reachable on ``classes``; return the state count."""
