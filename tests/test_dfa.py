@@ -16,7 +16,7 @@ from gpu_mr.analysis import analyze
 from gpu_mr.engines.reference import ReferenceEngine
 from gpu_mr.frames import sort_for_matching
 from gpu_mr.interpreter import Interpreter, MatchView
-from gpu_mr.pattern.dfa import DEAD, Dfa, DfaTooLarge, match_end
+from gpu_mr.pattern.dfa import DEAD, Dfa, DfaTooLarge, match_end, match_spans
 from gpu_mr.pattern.nfa import compile_nfa
 from gpu_mr.syntax import parse_clause
 from gpu_mr.syntax import types as T
@@ -45,19 +45,9 @@ def row_classes(query, data):
 
 def dfa_spans(query, data):
     dfa = Dfa(compile_nfa(query.pattern, query.primary_vars))
-    classes = row_classes(query, data)
-    spans, offsets = [], data.partition_offsets
-    for p in range(len(offsets) - 1):
-        lo, hi = int(offsets[p]), int(offsets[p + 1])
-        pos = lo
-        while pos < hi:
-            end = match_end(dfa, classes, pos, lo, hi)
-            if end < 0:
-                pos += 1
-                continue
-            spans.append((pos, end - 1))
-            pos = pos + 1 if end == pos or query.skip.kind == "NEXT_ROW" else end
-    return spans
+    spans = match_spans(dfa, row_classes(query, data), data.partition_offsets,
+                        query.skip.kind == "NEXT_ROW")
+    return [(start, end - 1) for start, end in spans]
 
 
 @st.composite

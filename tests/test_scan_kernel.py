@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from gpu_mr.analysis import analyze
 from gpu_mr.kernels.scan import SKIP_PAST_LAST_ROW, SKIP_TO_NEXT_ROW, run_scan
-from gpu_mr.pattern.dfa import Dfa, match_end
+from gpu_mr.pattern.dfa import Dfa, match_spans
 from gpu_mr.pattern.nfa import compile_nfa
 from gpu_mr.syntax import parse_clause
 
@@ -18,22 +18,6 @@ numba = pytest.importorskip("numba", reason="the cpu extra (numba) is not instal
 
 PATTERNS = ["A B+ C+", "(A | B)* C", "A* B*?", "^ A+ $", "PERMUTE(A, B) C?", "(A B)+ | C",
             "A++ B", "()", "A{2,3} B{,2}"]
-
-
-def spec_scan(dfa, classes, offsets, skip):
-    starts, ends = [], []
-    for p in range(len(offsets) - 1):
-        lo, hi = offsets[p], offsets[p + 1]
-        pos = lo
-        while pos < hi:
-            end = match_end(dfa, classes, pos, lo, hi)
-            if end < 0:
-                pos += 1
-                continue
-            starts.append(pos)
-            ends.append(end)
-            pos = pos + 1 if end == pos or skip == SKIP_TO_NEXT_ROW else end
-    return starts, ends
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -51,7 +35,8 @@ def test_kernel_equals_plain_body_and_specification(pattern, bits, cuts, skip):
     dense = np.array([index[b] for b in bits], dtype=np.int32)
     bounds = sorted({0, len(bits)} | {min(c, len(bits)) for c in cuts})
     offsets = np.array(bounds, dtype=np.int64)
-    want = spec_scan(dfa, bits, bounds, skip)
+    spans = match_spans(dfa, bits, bounds, skip == SKIP_TO_NEXT_ROW)
+    want = ([s for s, _ in spans], [e for _, e in spans])
     for compiled in (False, True):
         starts, ends = run_scan(dense, offsets, trans, matched, end_accept, first, other, skip,
                                 compiled=compiled)

@@ -177,3 +177,21 @@ def match_end(dfa: Dfa, classes, start: int, lo: int, hi: int) -> int:
         if sid == DEAD:
             return best
         q += 1
+
+
+def match_spans(dfa: Dfa, classes, offsets, next_row: bool) -> list:
+    """(start, end exclusive) of every match, partition by partition, resuming
+    past the last row (or at the next row when ``next_row``); after an empty
+    match at the next row. The specification of kernels/scan.py."""
+    spans = []
+    for p in range(len(offsets) - 1):
+        lo, hi = int(offsets[p]), int(offsets[p + 1])
+        pos = lo
+        while pos < hi:
+            end = match_end(dfa, classes, pos, lo, hi)
+            if end < 0:
+                pos += 1
+                continue
+            spans.append((pos, end))
+            pos = pos + 1 if end == pos or next_row else end
+    return spans
