@@ -5,7 +5,8 @@ matches the reference engine finds, with AFTER MATCH SKIP PAST LAST ROW or
 TO NEXT ROW, from a dense DFA table (pattern/dfa.py): at each start row, run
 the DFA until it dies, remembering the last position where a match ended;
 report (start, end exclusive); resume per the skip (after an empty match:
-the next row). Output is written in partition and start order.
+the next row). Output is written in partition and start order; its
+specification is ``gpu_mr.pattern.dfa.match_spans``.
 Why plain functions: the same body compiles with ``numba.njit`` for the CPU
 engine and, later, ``numba.cuda.jit(device=True)`` for the GPU engine; the
 host driver here only decides which.
