@@ -352,7 +352,7 @@ def test_transcendental_functions_are_bit_identical_to_math():
                 return math.inf
         for k in (0, 3):
             target = float(py(float(xs[k])))
-            if math.isnan(target):
+            if not math.isfinite(target):
                 continue
             got = mask_of(f"{fn}(x) = {target!r}", t)
             want = [py(float(v)) == target for v in xs]
@@ -392,16 +392,32 @@ def test_column_encodings():
 def test_class_ids_pack_one_bit_per_primary_variable():
     t = pa.table({"p": [0, 0, 0, 1], "id": range(4), "x": [1, 5, 2, 7]})
     q = analyze(parse_clause("PARTITION BY p ORDER BY id MEASURES COUNT(*) AS n "
-                             "PATTERN (A B C) DEFINE C AS x > PREV(x), A AS x > 1"), t.schema)
+                             "PATTERN (A B C D) DEFINE C AS x > PREV(x), A AS x > 1, "
+                             "D AS CLASSIFIER() = 'D' AND CLASSIFIER(D) <> 'A'"), t.schema)
     data = sort_for_matching(t, q.partition_columns, q.order_keys)
     masks, classes = compile_masks(q).evaluate(data)
-    assert list(masks) == ["A", "B", "C"]
-    assert masks["B"].all()                                   # no DEFINE: always true
+    assert list(masks) == ["A", "B", "C", "D"]
+    assert masks["B"].all() and masks["D"].all()        # no DEFINE / CLASSIFIER() is the variable
     assert classes.dtype == np.uint32
-    assert classes.tolist() == [0b010, 0b111, 0b011, 0b011]
+    assert classes.tolist() == [0b1010, 0b1111, 0b1011, 0b1011]
     masks2, classes2 = evaluate_masks(q, data)
     assert classes2.tolist() == classes.tolist()
     assert pack_classes([np.array([True, False])] * 32).tolist() == [2**32 - 1, 0]
+
+
+def test_mask_set_defers_errors_to_the_rows_a_search_reaches():
+    t = pa.table({"p": [0, 0, 0], "id": range(3), "x": [2, 0, 4]})
+    q = analyze(parse_clause("PARTITION BY p ORDER BY id MEASURES COUNT(*) AS n "
+                             "PATTERN (A B) DEFINE A AS x > 1, B AS 8 / x > 1"), t.schema)
+    data = sort_for_matching(t, q.partition_columns, q.order_keys)
+    masks = compile_masks(q)
+    detailed = masks.evaluate_detailed(data)
+    assert detailed["A"].holds.tolist() == [True, False, True] and not detailed["A"].failed.any()
+    b = detailed["B"]
+    assert b.holds.tolist() == [True, False, True] and b.failed.tolist() == [False, True, False]
+    assert b.error(0) is None and b.error(1).code == "division_by_zero"
+    with pytest.raises(DataError):
+        masks.evaluate(data)
 
 
 def test_compile_masks_refuses_state_and_too_many_variables():
