@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import operator
 import re
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -24,6 +25,9 @@ from .syntax import ast as A
 from .syntax import types as T
 
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+# SQL comparison operators; numpy arrays accept the same functions elementwise.
+COMPARISONS = {"=": operator.eq, "<>": operator.ne, "<": operator.lt, "<=": operator.le,
+               ">": operator.gt, ">=": operator.ge}
 
 
 @dataclass
@@ -272,17 +276,7 @@ def compare(op: str, a, b):
         a = float(a)
     elif isinstance(b, Decimal) and isinstance(a, float):
         b = float(b)
-    if op == "=":
-        return a == b
-    if op == "<>":
-        return a != b
-    if op == "<":
-        return a < b
-    if op == "<=":
-        return a <= b
-    if op == ">":
-        return a > b
-    return a >= b
+    return COMPARISONS[op](a, b)
 
 
 def _add_months(ns: int, months: int) -> int:

@@ -1409,17 +1409,7 @@ def _concat(parts: list) -> pa.Array:
 
 
 def _op(op: str, a, b) -> np.ndarray:
-    if op == "=":
-        return a == b
-    if op == "<>":
-        return a != b
-    if op == "<":
-        return a < b
-    if op == "<=":
-        return a <= b
-    if op == ">":
-        return a > b
-    return a >= b
+    return I.COMPARISONS[op](a, b)
 
 
 def _op_sign(op: str, sign: np.ndarray) -> np.ndarray:
