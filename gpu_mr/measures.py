@@ -28,7 +28,10 @@ from .syntax import types as T
 
 def assemble(query: CheckedQuery, data: SortedInput, matches: list,
              interp: Interpreter | None = None) -> pa.Table:
-    """Build the output table of ``query`` from ``matches``."""
+    """Build the output table of ``query`` from ``matches`` (a list of
+    :class:`~gpu_mr.engines.base.Match` or a ``MatchArrays``)."""
+    if not isinstance(matches, list):
+        matches = matches.to_matches()
     if interp is None:
         needed = {n.resolved for m in query.measures for n in m.expr.walk()
                   if isinstance(n, A.ColumnRef)}

@@ -9,7 +9,9 @@ backtrack): ``supports(query)`` returns None or the reason it cannot run it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import Optional, Protocol, Union
+
+import numpy as np
 
 from ..analysis import CheckedQuery
 from ..frames import SortedInput
@@ -35,11 +37,75 @@ class Match:
         return self.end < self.start
 
 
+@dataclass(frozen=True)
+class MatchArrays:
+    """Every match as columns: what the fast engines produce, without one
+    Python object per match (DESIGN.md §3's internal representation).
+
+    Per match ``i`` (in partition, then match-number order): ``partition``,
+    ``number`` (1-based within its partition), ``start`` and ``end`` (absolute
+    sorted rows, ``end`` inclusive, ``start - 1`` for an empty match). Its
+    rows' variable ids are ``labels[label_offsets[i]:label_offsets[i + 1]]``
+    (``end - start + 1`` of them) and ``excluded`` marks rows inside ``{- -}``
+    alike. All arrays are int64 except ``labels`` (int16) and ``excluded``
+    (bool).
+    """
+    partition: np.ndarray
+    number: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    label_offsets: np.ndarray
+    labels: np.ndarray
+    excluded: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.start.shape[0])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.end - self.start + 1
+
+    @classmethod
+    def empty(cls) -> "MatchArrays":
+        i64 = np.zeros(0, dtype=np.int64)
+        return cls(i64, i64, i64, i64, np.zeros(1, dtype=np.int64),
+                   np.zeros(0, dtype=np.int16), np.zeros(0, dtype=bool))
+
+    @classmethod
+    def from_matches(cls, matches: list) -> "MatchArrays":
+        if not matches:
+            return cls.empty()
+        lengths = np.fromiter((len(m.labels) for m in matches), np.int64, len(matches))
+        offsets = np.zeros(len(matches) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        labels = np.fromiter((v for m in matches for v in m.labels), np.int16, int(offsets[-1]))
+        excluded = np.fromiter((x for m in matches for x in m.excluded), bool, int(offsets[-1]))
+
+        def column(attr):
+            return np.fromiter((getattr(m, attr) for m in matches), np.int64, len(matches))
+        return cls(column("partition"), column("number"), column("start"), column("end"),
+                   offsets, labels, excluded)
+
+    def to_matches(self) -> list:
+        out = []
+        for i in range(len(self)):
+            a, b = int(self.label_offsets[i]), int(self.label_offsets[i + 1])
+            out.append(Match(int(self.partition[i]), int(self.number[i]), int(self.start[i]),
+                             int(self.end[i]), tuple(int(v) for v in self.labels[a:b]),
+                             tuple(bool(x) for x in self.excluded[a:b])))
+        return out
+
+
+def as_match_arrays(matches: Union[list, MatchArrays]) -> MatchArrays:
+    return matches if isinstance(matches, MatchArrays) else MatchArrays.from_matches(matches)
+
+
 class Engine(Protocol):
     name: str
 
     def supports(self, query: CheckedQuery) -> Optional[str]:
         """None if this engine can run ``query``, else the reason it cannot."""
 
-    def find_matches(self, query: CheckedQuery, data: SortedInput) -> list:
-        """All matches, partition by partition, in match-number order."""
+    def find_matches(self, query: CheckedQuery, data: SortedInput) -> Union[list, MatchArrays]:
+        """All matches, partition by partition, in match-number order: a list
+        of :class:`Match` (the reference engine) or :class:`MatchArrays`."""
