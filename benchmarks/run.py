@@ -393,8 +393,8 @@ def summary_lines(records: list, ratio: Optional[dict], memory: list) -> list:
                          f"the first rows of each): median {np.median(vs):.1f}x, "
                          f"min {min(vs):.1f}x, max {max(vs):.1f}x over {len(vs)} runs")
         if subs:
-            lines.append(f"identical ({engine} vs reference on the same rows, {len(subs)} "
-                         f"comparisons): {'yes' if all(subs) else 'no'}")
+            lines.append(f"identical: {'yes' if all(subs) else 'no'} ({engine} vs reference "
+                         f"on the same rows, {len(subs)} comparisons)")
         skipped = [f"{r['query']}: {r['engines'][engine]['status']}" for r in records
                    if r["engines"].get(engine, {}).get("status") not in (None, "ok")]
         if skipped:
