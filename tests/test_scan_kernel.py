@@ -30,7 +30,7 @@ def test_kernel_equals_plain_body_and_specification(pattern, bits, cuts, skip):
                                  + (f" DEFINE {defines}" if defines else "")), None)
     dfa = Dfa(compile_nfa(query.pattern, query.primary_vars))
     present = sorted(set(bits)) or [0]
-    trans, matched, end_accept, first, other = dfa.dense_tables(present)
+    tables = dfa.dense_tables(present)
     index = {c: i for i, c in enumerate(present)}
     dense = np.array([index[b] for b in bits], dtype=np.int32)
     bounds = sorted({0, len(bits)} | {min(c, len(bits)) for c in cuts})
@@ -38,6 +38,5 @@ def test_kernel_equals_plain_body_and_specification(pattern, bits, cuts, skip):
     spans = match_spans(dfa, bits, bounds, skip == SKIP_TO_NEXT_ROW)
     want = ([s for s, _ in spans], [e for _, e in spans])
     for compiled in (False, True):
-        starts, ends = run_scan(dense, offsets, trans, matched, end_accept, first, other, skip,
-                                compiled=compiled)
+        starts, ends, _, _ = run_scan(dense, offsets, tables, skip, compiled=compiled)
         assert (starts.tolist(), ends.tolist()) == want

@@ -14,6 +14,7 @@ from typing import Optional, Protocol, Union
 import numpy as np
 
 from ..analysis import CheckedQuery
+from ..errors import MatchRuntimeError
 from ..frames import SortedInput
 
 
@@ -98,6 +99,24 @@ class MatchArrays:
 
 def as_match_arrays(matches: Union[list, MatchArrays]) -> MatchArrays:
     return matches if isinstance(matches, MatchArrays) else MatchArrays.from_matches(matches)
+
+
+def skip_error(skip, missing: bool, number: int, start: int, end: int, lo: int,
+               partition: int) -> MatchRuntimeError:
+    """The error of AFTER MATCH SKIP TO FIRST/LAST v for match ``number``
+    (rows ``start..end``, partition starting at ``lo``): no row of the match
+    is v (``missing``), or the target is the match's first row (an endless
+    loop). Every engine raises exactly this."""
+    if missing:
+        return MatchRuntimeError(
+            f"AFTER MATCH SKIP TO {skip.kind} {skip.var}: match {number} (rows "
+            f"{start - lo + 1} to {end - lo + 1} of its partition) has no row "
+            f"mapped to {skip.var}", code="skip_to_missing_variable",
+            partition=partition, row=start)
+    return MatchRuntimeError(
+        f"AFTER MATCH SKIP TO {skip.kind} {skip.var} lands on the first row of match "
+        f"{number} (row {start - lo + 1} of its partition); matching would "
+        f"loop forever", code="skip_to_first_row", partition=partition, row=start)
 
 
 class Engine(Protocol):

@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..analysis import CheckedQuery
-from ..errors import MatchRuntimeError, SearchLimitError
+from ..errors import SearchLimitError
 from ..frames import SortedInput
 from ..interpreter import Interpreter, MatchView, _add_months, _as_ns, compare
 from ..pattern.nfa import (ASSERT_END, ASSERT_NOT, ASSERT_START, CONSUME, EPS, MATCH, SPLIT,
@@ -39,7 +39,7 @@ from ..pattern.nfa import (ASSERT_END, ASSERT_NOT, ASSERT_START, CONSUME, EPS, M
 from ..syntax import ast as A
 from ..syntax import types as T
 from . import modes
-from .base import Match
+from .base import Match, skip_error
 
 # Enough for every test and for tens of thousands of rows of state-dependent
 # matching; a search beyond it is almost surely an exponential pattern.
@@ -161,17 +161,10 @@ class _PartitionMatcher:
         ids = self.interp.var_sets[skip.var]
         rows = [m.start + i for i, v in enumerate(m.labels) if v in ids]
         if not rows:
-            raise MatchRuntimeError(
-                f"AFTER MATCH SKIP TO {skip.kind} {skip.var}: match {m.number} (rows "
-                f"{m.start - self.lo + 1} to {m.end - self.lo + 1} of its partition) has no row "
-                f"mapped to {skip.var}", code="skip_to_missing_variable",
-                partition=self.part, row=m.start)
+            raise skip_error(skip, True, m.number, m.start, m.end, self.lo, self.part)
         target = rows[0] if skip.kind == "FIRST" else rows[-1]
         if target == m.start:
-            raise MatchRuntimeError(
-                f"AFTER MATCH SKIP TO {skip.kind} {skip.var} lands on the first row of match "
-                f"{m.number} (row {m.start - self.lo + 1} of its partition); matching would "
-                f"loop forever", code="skip_to_first_row", partition=self.part, row=m.start)
+            raise skip_error(skip, False, m.number, m.start, m.end, self.lo, self.part)
         return target
 
     # --------------------------------------------------------------- search

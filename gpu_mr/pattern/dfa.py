@@ -12,6 +12,13 @@ ending before this row: threads after it are cut, as in the Pike VM), and
 keeps the states of the consuming threads whose variable is in the class.
 Why: this is the automaton the fast engines scan (kernels/, later issues);
 ``explain()`` reports its size.
+Path recovery: a step also records, for each thread of the next state,
+which thread of the current state it came from and through which CONSUME
+instruction, and which thread reached MATCH. Walking those records backwards
+from the accepting thread of a match yields the Pike VM's preferred path
+(which variable each row took) in O(match length), with no search: this is
+the "one thread per match" recovery of DESIGN.md §5, exact by construction
+because the records are the Pike VM's own thread lineage.
 Cost: states are built lazily and cached per (state, class); at most
 ``max_states`` states, beyond which :class:`DfaTooLarge` tells the caller to
 fall back to NFA simulation.
@@ -44,6 +51,10 @@ class Dfa:
     index: dict = field(default_factory=dict)         # (seeds, at_start) -> id
     transitions: dict = field(default_factory=dict)   # (id, class) -> (id, matched)
     end_accepts: dict = field(default_factory=dict)   # id -> bool
+    # (id, class) -> (per next-state thread: (source thread, CONSUME inst),
+    #                 index of the thread that reached MATCH or -1)
+    lineage: dict = field(default_factory=dict)
+    end_threads: dict = field(default_factory=dict)   # id -> thread reaching MATCH at the end, or -1
 
     def __post_init__(self):
         self._intern((), False)                      # DEAD = 0: no live thread
@@ -66,12 +77,13 @@ class Dfa:
         return self._intern((self.program.start,), at_partition_start)
 
     def _closure(self, sid: int, cls: int, at_end: bool) -> list:
-        """CONSUME/MATCH instructions reachable from the state's seeds, in
+        """(instruction, index of the seed thread it comes from) for every
+        CONSUME/MATCH instruction reachable from the state's seeds, in
         priority order, each once (the Pike VM's closure)."""
         seeds, at_start = self.states[sid]
         insts = self.program.insts
         out, seen = [], set()
-        for seed in seeds:
+        for thread, seed in enumerate(seeds):
             stack = [seed]
             while stack:
                 s = stack.pop()
@@ -94,7 +106,7 @@ class Dfa:
                     if at_end or not (cls >> inst.var) & 1:
                         stack.append(inst.out)
                 else:
-                    out.append(s)
+                    out.append((s, thread))
         return out
 
     def step(self, sid: int, cls: int) -> tuple:
@@ -105,44 +117,61 @@ class Dfa:
         if hit is not None:
             return hit
         insts = self.program.insts
-        nxt, seen, matched = [], set(), False
-        for s in self._closure(sid, cls, at_end=False):
+        nxt, seen, matched, parents, match_thread = [], set(), False, [], -1
+        for s, thread in self._closure(sid, cls, at_end=False):
             inst = insts[s]
             if inst.op == MATCH:
-                matched = True
+                matched, match_thread = True, thread
                 break                     # lower-priority threads are cut
             if (cls >> inst.var) & 1 and inst.out not in seen:
                 seen.add(inst.out)
                 nxt.append(inst.out)
+                parents.append((thread, s))
         result = (self._intern(tuple(nxt), False) if nxt else DEAD, matched)
         self.transitions[key] = result
+        self.lineage[key] = (tuple(parents), match_thread)
         return result
 
     def accepts_at_end(self, sid: int) -> bool:
         """Whether a match ends at the partition's end from this state."""
         hit = self.end_accepts.get(sid)
         if hit is None:
-            hit = any(self.program.insts[s].op == MATCH
-                      for s in self._closure(sid, 0, at_end=True))
+            threads = [t for s, t in self._closure(sid, 0, at_end=True)
+                       if self.program.insts[s].op == MATCH]
+            hit = bool(threads)
             self.end_accepts[sid] = hit
+            self.end_threads[sid] = threads[0] if threads else -1
         return hit
 
-    def dense_tables(self, classes: list) -> tuple:
-        """The DFA over ``classes`` as arrays for a kernel: trans[state, class
-        index] (0 = dead), matched[state, class index] (a match ends before
-        the row), end_accept[state], and the two start states (at the
-        partition's first row, elsewhere)."""
+    def dense_tables(self, classes) -> "DfaTables":
+        """The DFA over ``classes`` (the class bitmasks present, in the order
+        of their dense index) as arrays for the kernels; see :class:`DfaTables`."""
+        classes = [int(c) for c in classes]
         start_first, start_other = self.start(True), self.start(False)
         self.explore(classes)
-        n_states = len(self.states)
-        trans = np.zeros((n_states, len(classes)), dtype=np.int32)
-        matched = np.zeros((n_states, len(classes)), dtype=np.uint8)
+        n_states, n_classes = len(self.states), len(classes)
+        width = max(1, max(len(seeds) for seeds, _ in self.states))
+        trans = np.zeros((n_states, n_classes), dtype=np.int32)
+        matched = np.zeros((n_states, n_classes), dtype=np.uint8)
         end_accept = np.zeros(n_states, dtype=np.uint8)
+        parent_thread = np.full((n_states, n_classes, width), -1, dtype=np.int32)
+        parent_inst = np.full((n_states, n_classes, width), -1, dtype=np.int32)
+        match_thread = np.full((n_states, n_classes), -1, dtype=np.int32)
+        end_thread = np.full(n_states, -1, dtype=np.int32)
         for sid in range(1, n_states):
             end_accept[sid] = self.accepts_at_end(sid)
+            end_thread[sid] = self.end_threads[sid]
             for ci, c in enumerate(classes):
                 trans[sid, ci], matched[sid, ci] = self.step(sid, c)
-        return trans, matched, end_accept, start_first, start_other
+                parents, match_thread[sid, ci] = self.lineage[(sid, c)]
+                for k, (thread, inst) in enumerate(parents):
+                    parent_thread[sid, ci, k] = thread
+                    parent_inst[sid, ci, k] = inst
+        insts = self.program.insts
+        inst_var = np.array([i.var for i in insts], dtype=np.int16)
+        inst_excluded = np.array([i.excluded for i in insts], dtype=np.uint8)
+        return DfaTables(trans, matched, end_accept, start_first, start_other, parent_thread,
+                         parent_inst, match_thread, end_thread, inst_var, inst_excluded)
 
     def explore(self, classes) -> int:
         """Build every state reachable on ``classes``; return the state count."""
@@ -157,6 +186,39 @@ class Dfa:
             for c in classes:
                 todo.append(self.step(sid, c)[0])
         return len(self.states)
+
+
+@dataclass(frozen=True)
+class DfaTables:
+    """A DFA explored over the classes present in the data, as arrays.
+
+    ``trans[state, class index]``: the next state (0 = dead);
+    ``matched[state, class index]``: a match ends just before that row;
+    ``end_accept[state]``: a match ends at the partition's end;
+    ``start_first`` / ``start_other``: the state of a search starting at a
+    partition's first row / elsewhere. Lineage for path recovery:
+    ``parent_thread[state, class index, k]`` and ``parent_inst[...]`` give,
+    for thread ``k`` of the next state, its thread in ``state`` and the
+    CONSUME instruction it took; ``match_thread[state, class index]`` and
+    ``end_thread[state]`` the thread that reached MATCH (-1: none);
+    ``inst_var`` / ``inst_excluded`` the variable id and ``{- -}`` mark of
+    each instruction.
+    """
+    trans: np.ndarray
+    matched: np.ndarray
+    end_accept: np.ndarray
+    start_first: int
+    start_other: int
+    parent_thread: np.ndarray
+    parent_inst: np.ndarray
+    match_thread: np.ndarray
+    end_thread: np.ndarray
+    inst_var: np.ndarray
+    inst_excluded: np.ndarray
+
+    @property
+    def n_states(self) -> int:
+        return int(self.trans.shape[0])
 
 
 def match_end(dfa: Dfa, classes, start: int, lo: int, hi: int) -> int:

@@ -1,0 +1,185 @@
+"""The fast CPU engine: vectorised DEFINE masks, a DFA scan and path recovery.
+
+What: for a query whose DEFINEs are all row-local, each DEFINE becomes one
+vectorised pass over its columns (predicates/masks.py); the masks are
+bit-packed into per-row classes, renumbered densely; the leftmost-first DFA
+(pattern/dfa.py) is explored over the classes the data holds and scanned by
+the numba kernels of kernels/scan.py, partitions in parallel; the preferred
+path of each match (which variable each row took) comes from the DFA's
+thread lineage, one independent job per match. The result is a
+``MatchArrays``, identical to the reference engine's matches.
+Queries whose DEFINEs depend on the match so far go to the register machine
+(engines/registers.py) when it can hold their state.
+
+Exactness before speed, always: where the data would make a vectorised
+answer differ from the reference semantics -- a DEFINE that raises at some
+row (the reference raises only if its search reaches that row, so whether
+and which error depends on the search), a value the masks cannot represent
+exactly, or a DFA past its state cap -- this engine hands the query to the
+reference engine's matcher and says so in ``last_run``.
+
+Cost: a few numpy passes per DEFINE, one bincount to renumber classes, one
+scan of the rows (plus the rows a successful search looks past its end),
+and O(match length) per match for recovery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..analysis import CheckedQuery
+from ..frames import SortedInput
+from ..pattern.dfa import Dfa, DfaTooLarge
+from ..pattern.nfa import compile_nfa
+from ..predicates import masks as M
+from .base import MatchArrays, skip_error
+from .reference import ReferenceEngine
+
+_SKIP_MODES = {"PAST_LAST_ROW": 0, "NEXT_ROW": 1, "FIRST": 2, "LAST": 3}
+
+# Up to this many variables, classes are renumbered through a lookup table of
+# 2**n entries (a bincount); beyond it, through np.unique (a sort).
+_LOOKUP_MAX_VARS = 16
+
+
+def numba_missing() -> Optional[str]:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return "numba is not installed (pip install 'gpu_mr[cpu]')"
+    return None
+
+
+def unsupported_reason(query: CheckedQuery) -> Optional[str]:
+    """Why the mask-and-DFA path cannot run ``query``, or None."""
+    if query.mode is not None:
+        return f"the matching mode {query.mode} (the 2007 proposal's) runs on the reference engine"
+    if query.skip.kind == "CURRENT_ROW":
+        return "AFTER MATCH SKIP TO CURRENT ROW (all matches) runs on the reference engine"
+    if query.time_limit is not None:
+        return f"the time limit {query.time_limit.to_sql()} depends on each match's start"
+    if query.match_filter is not None:
+        return "a condition on the whole match (ESL-TS) runs on the reference engine"
+    if query.history_dependent:
+        return "a DEFINE depends on the match so far"
+    return M.supports_query(query)
+
+
+@dataclass
+class RunInfo:
+    """What the last ``find_matches`` did, for explain-style reporting."""
+    path: str = ""
+    reason: str = ""
+    dfa_states: int = 0
+    classes: int = 0
+
+
+class CpuEngine:
+    name = "cpu"
+
+    def __init__(self):
+        self.last_run = RunInfo()
+
+    def supports(self, query: CheckedQuery) -> Optional[str]:
+        missing = numba_missing()
+        if missing is not None:
+            return missing
+        if query.history_dependent and _registers_reason(query) is None:
+            return None
+        return unsupported_reason(query)
+
+    def find_matches(self, query: CheckedQuery, data: SortedInput):
+        if query.history_dependent:
+            from . import registers
+            self.last_run = RunInfo("registers")
+            return registers.find_matches(query, data)
+        return self.find_row_local(query, data)
+
+    def find_row_local(self, query: CheckedQuery, data: SortedInput) -> MatchArrays:
+        n = data.table.num_rows
+        if n == 0:
+            self.last_run = RunInfo("dfa", "no rows")
+            return MatchArrays.empty()
+        results = M.compile_masks(query).evaluate_detailed(data)
+        failing = [v for v, r in results.items() if r is not None and r.failed.any()]
+        if failing:
+            return self._fallback(query, data, f"DEFINE {failing[0]} raises or cannot be "
+                                  f"represented exactly at some row")
+        bits = class_bits(query, results, n)
+        present, dense = _renumber(bits, len(query.primary_vars))
+        dfa = Dfa(compile_nfa(query.pattern, query.primary_vars))
+        try:
+            tables = dfa.dense_tables(present)
+        except DfaTooLarge as exc:
+            return self._fallback(query, data, str(exc))
+        self.last_run = RunInfo("dfa", "", tables.n_states - 1, len(present))
+        return scan_to_matches(query, data, dense, tables)
+
+    def _fallback(self, query: CheckedQuery, data: SortedInput, reason: str):
+        self.last_run = RunInfo("reference", reason)
+        return ReferenceEngine().find_matches(query, data)
+
+
+def _registers_reason(query: CheckedQuery) -> Optional[str]:
+    try:
+        from . import registers
+    except ImportError:
+        return "a DEFINE depends on the match so far (register machine not built)"
+    return registers.supports(query)
+
+
+def class_bits(query: CheckedQuery, results: dict, n: int) -> np.ndarray:
+    """Per row, the uint32 bitmask of variables that may take it (bit i:
+    primary variable i; a variable without DEFINE always may)."""
+    bits = np.zeros(n, dtype=np.uint32)          # a pattern may have no variable: ()
+    for i, v in enumerate(query.primary_vars):
+        bits |= (np.ones(n, dtype=np.uint32) if results[v] is None
+                 else results[v].holds.astype(np.uint32)) << np.uint32(i)
+    return bits
+
+
+def _renumber(bits: np.ndarray, n_vars: int) -> tuple:
+    """(class bitmasks present, ascending; per-row dense class index)."""
+    if n_vars <= _LOOKUP_MAX_VARS:
+        seen = np.bincount(bits, minlength=1 << n_vars) > 0
+        present = np.flatnonzero(seen)
+        lookup = np.zeros(1 << n_vars, dtype=np.int32)
+        lookup[present] = np.arange(present.size, dtype=np.int32)
+        dense = lookup[bits]
+    else:
+        present, dense = np.unique(bits, return_inverse=True)
+    dtype = np.uint8 if present.size <= 256 else np.int32
+    return present.tolist(), dense.astype(dtype, copy=False)
+
+
+def scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray,
+                    tables) -> MatchArrays:
+    """Scan the dense classes, raise a SKIP error where the reference would,
+    recover every match's path, number the matches."""
+    from ..kernels.scan import run_recovery, run_scan
+    offsets = data.partition_offsets.astype(np.int64, copy=False)
+    skip = query.skip
+    skip_vars = 0
+    if skip.kind in ("FIRST", "LAST"):
+        ids = {name: i for i, name in enumerate(query.primary_vars)}
+        for name in query.subsets.get(skip.var, (skip.var,)):
+            skip_vars |= 1 << ids[name]
+    starts, ends, partitions, errors = run_scan(dense, offsets, tables, _SKIP_MODES[skip.kind],
+                                                skip_vars)
+    counts = np.bincount(partitions, minlength=len(offsets) - 1)
+    first_of_partition = np.zeros(len(offsets), dtype=np.int64)
+    np.cumsum(counts, out=first_of_partition[1:])
+    numbers = np.arange(starts.shape[0], dtype=np.int64) - first_of_partition[partitions] + 1
+    failing = np.flatnonzero(errors[:, 0])
+    if failing.size:
+        p = int(failing[0])
+        i = int(errors[p, 1])
+        from ..kernels.scan import ERR_SKIP_NO_ROW
+        raise skip_error(skip, int(errors[p, 0]) == ERR_SKIP_NO_ROW, int(numbers[i]),
+                         int(starts[i]), int(ends[i]) - 1, int(offsets[p]), p)
+    label_offsets, labels, excluded = run_recovery(dense, offsets, starts, ends, partitions,
+                                                   tables)
+    return MatchArrays(partitions, numbers, starts, ends - 1, label_offsets, labels, excluded)
