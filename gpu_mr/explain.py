@@ -56,9 +56,50 @@ def explain(query: CheckedQuery, schema_known: bool = True) -> str:
     lines.append(f"nfa: {len(program.insts)} states")
     lines += ["  " + line for line in program.dump().splitlines()]
     lines.append("dfa: " + _dfa_summary(query, program))
-    engine = engines.choose(query, "auto")
-    lines.append(f"engine (auto): {engine.name}")
+    lines += _engine_lines(query, schema_known)
     return "\n".join(lines)
+
+
+def _engine_lines(query: CheckedQuery, schema_known: bool) -> list:
+    """Which engine ``auto`` picks, why faster ones decline, and the path
+    the chosen one takes."""
+    chosen = engines.choose(query, "auto").name
+    declined, caveat = [], []
+    for name in ("gpu", "cpu"):
+        if name == chosen:
+            break
+        engine = engines._AVAILABLE.get(name)
+        reason = engines._PLANNED.get(name) if engine is None else engine.supports(query)
+        if not schema_known and reason and "compiled without data" in reason:
+            # Masks are typed against the input's columns: with no schema yet,
+            # say what will run once the columns are known.
+            chosen = name
+            caveat = ["  (the DEFINE masks are checked against the input's column types "
+                      "when data arrives; give a schema to check now)"]
+            break
+        declined.append(f"  {name}: not used: {reason}")
+    lines = [f"engine (auto): {chosen}"] + caveat + declined
+    if chosen == "cpu":
+        lines += ["  path: " + line for line in _cpu_path(query)]
+    return lines
+
+
+def _cpu_path(query: CheckedQuery) -> list:
+    if query.history_dependent:
+        return ["register machine: NFA simulation in preferment order whose threads carry "
+                "registers (last rows, running aggregates) for the DEFINEs that read the "
+                "match so far"]
+    masked = [v for v in query.primary_vars if v in query.defines]
+    free = [v for v in query.primary_vars if v not in query.defines]
+    first = "vectorised DEFINE masks for " + (", ".join(masked) if masked else "no variable")
+    if free:
+        first += f" ({', '.join(free)} always true)"
+    return [first + ", bit-packed into per-row classes",
+            "leftmost-first DFA scan over the classes present, partitions in parallel; "
+            "the DFA is built lazily (beyond its state cap, or where a DEFINE raises at "
+            "some row, the reference matcher runs instead)",
+            "path recovery (which variable each row took) from the DFA's thread lineage, "
+            "one job per match"]
 
 
 def _dfa_summary(query: CheckedQuery, program) -> str:
