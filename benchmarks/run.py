@@ -215,7 +215,7 @@ def _warm_up(table: pa.Table, query: Query, engine: str) -> Optional[float]:
 def bench_dataset(rows: int, partitions: int, args, queries, engines, first_calls: dict,
                   log) -> list:
     t0 = time.perf_counter()
-    table = ticks.generate(rows, partitions, seed=args.seed, skew=args.skew)
+    table = ticks.generate(rows, partitions, seed=args.seed, skew=args.skew, order=args.order)
     gen_s = time.perf_counter() - t0
     subset = table.slice(0, min(rows, args.ref_rows)) if "reference" in engines else None
     log(f"# dataset rows={rows:,} partitions={partitions:,}: generated in {gen_s:.1f} s")
@@ -465,6 +465,10 @@ def parse_args(argv=None):
                     help="rows of the in-memory peak-memory check (0 skips it)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skew", type=float, default=1.0, help="Zipf exponent of symbol sizes")
+    ap.add_argument("--order", choices=ticks.ORDERS, default="symbol",
+                    help="row order of the input: symbol = pre-sorted by (symbol, ts) "
+                         "(default); time = feed order and random = shuffled, so the engines "
+                         "pay the sort (the numpy ratio always uses pre-sorted rows)")
     ap.add_argument("-o", "--output",
                     help="JSON file (default benchmarks/results/cpu-<date>-<host kind>-<preset>"
                          ".json)")
@@ -503,8 +507,9 @@ def main(argv=None) -> int:
         print(line, flush=True)
 
     log(f"gpu_mr benchmarks ({args.preset}), {host_kind()}, {started:%Y-%m-%d %H:%M} UTC")
-    log(f"reference engine timed on the first {args.ref_rows:,} rows of each dataset; "
-        f"other engines on the whole dataset (best of {args.repeat})")
+    log(f"input: pyarrow tables, rows in {args.order} order, symbol sizes Zipf(skew="
+        f"{args.skew:g}); reference engine timed on the first {args.ref_rows:,} rows of each "
+        f"dataset, other engines on the whole dataset (best of {args.repeat})")
     log(HEADER)
     log("-" * len(HEADER))
     records, first_calls = [], {}
@@ -538,7 +543,7 @@ def main(argv=None) -> int:
         "environment": environment(),
         "settings": {k: getattr(args, k) for k in (
             "rows", "partitions", "ref_rows", "repeat", "ref_repeat", "numpy_rows",
-            "numpy_partitions", "memory_rows", "memory_inmem_rows", "seed", "skew")},
+            "numpy_partitions", "memory_rows", "memory_inmem_rows", "seed", "skew", "order")},
         "engines": engines,
         "queries": {q.name: {"kind": q.kind, "note": q.note, "text": q.text.strip()}
                     for q in queries},
