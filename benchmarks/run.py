@@ -362,6 +362,10 @@ def _cpu_model() -> Optional[str]:
 
 
 def _git_commit() -> Optional[str]:
+    """The commit measured; ``BENCH_GIT_COMMIT`` names it when the runner runs
+    from an export of a commit (``git archive``) rather than a checkout."""
+    if os.environ.get("BENCH_GIT_COMMIT"):
+        return os.environ["BENCH_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
                              capture_output=True, text=True, timeout=10)
