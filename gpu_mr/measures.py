@@ -8,105 +8,255 @@ measures RUNNING by default (evaluated as of that row) and FINAL on request;
 an empty match gives one row (the row where it was found) unless OMIT EMPTY
 MATCHES; WITH UNMATCHED ROWS adds every row that is in no non-empty match and
 starts no empty match, with NULL measures. Rows come out by partition, then
-match number, then row; an unmatched row comes where its row falls.
-Input columns are gathered with one Arrow ``take``; measures are evaluated
-row by row by the interpreter (the fast engines bring vectorised measures).
+match number, then row; an unmatched row comes just before the first match
+of its partition (in match order) that starts after it, or at the partition's
+end.
+
+How: matches arrive as ``MatchArrays`` (a list of ``Match`` is converted);
+which sorted row, which match and which "as of" row feed each output row are
+computed with numpy (:func:`output_rows`), and input columns are gathered
+with one Arrow ``take``. The common measures are vectorised over the match
+rows laid end to end ("elements", ``MatchArrays.labels``): MATCH_NUMBER(),
+CLASSIFIER, column references, FIRST/LAST (RUNNING or FINAL, any variable or
+subset), PREV/NEXT around those, COUNT(*)/COUNT(X.*)/COUNT(X.c) and
+SUM/AVG/MIN/MAX(X.c). A per-variable prefix count of elements answers "the
+k-th first/last row of X up to element u" and counts; running SUM/MIN/MAX are
+segmented kernels (kernels/segmented.py). Each such measure reproduces the
+interpreter's value and Arrow type exactly. Any other measure, or one whose
+data the vectorised form cannot reproduce exactly (a BIGINT sum that may
+overflow, NaN, an unusual column type), is evaluated row by row by the
+interpreter (interpreter.py), which is the semantics; ``vectorised=False``
+forces that path for every measure.
+Cost: vectorised, O(rows + total match length) numpy work per measure;
+interpreted, a tree walk per output row and measure, O(match length) for
+aggregates and navigation.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .analysis import CheckedQuery
+from .engines.base import MatchArrays, as_match_arrays
 from .errors import DataError
 from .frames import SortedInput
-from .interpreter import INT64_MAX, INT64_MIN, Interpreter, MatchView
+from .interpreter import INT64_MAX, INT64_MIN, Interpreter, MatchView, _nav_var
 from .syntax import ast as A
 from .syntax import types as T
 
 
-def assemble(query: CheckedQuery, data: SortedInput, matches: list,
-             interp: Interpreter | None = None) -> pa.Table:
-    """Build the output table of ``query`` from ``matches`` (a list of
-    :class:`~gpu_mr.engines.base.Match` or a ``MatchArrays``)."""
-    if not isinstance(matches, list):
-        matches = matches.to_matches()
+def assemble(query: CheckedQuery, data: SortedInput, matches,
+             interp: Optional[Interpreter] = None, *, vectorised: bool = True) -> pa.Table:
+    """Build the output table of ``query`` from ``matches``.
+
+    Parameters
+    ----------
+    query, data
+        The checked query and its sorted input.
+    matches
+        A list of :class:`~gpu_mr.engines.base.Match` or a ``MatchArrays``.
+    interp
+        The interpreter for measures that are not vectorised (built on demand).
+    vectorised
+        False evaluates every measure with the interpreter (the semantics the
+        vectorised forms are tested against).
+
+    >>> import pyarrow as pa
+    >>> from gpu_mr.analysis import analyze
+    >>> from gpu_mr.engines.reference import ReferenceEngine
+    >>> from gpu_mr.frames import sort_for_matching
+    >>> from gpu_mr.syntax import parse_clause
+    >>> t = pa.table({"ts": [1, 2, 3, 4], "v": [5, 3, 4, 1]})
+    >>> q = analyze(parse_clause("ORDER BY ts MEASURES LAST(A.v) AS a, SUM(v) AS s "
+    ...                          "ALL ROWS PER MATCH PATTERN (A B*) DEFINE B AS v < 5"), t.schema)
+    >>> d = sort_for_matching(t, q.partition_columns, q.order_keys)
+    >>> assemble(q, d, ReferenceEngine().find_matches(q, d)).to_pylist()[-1]
+    {'ts': 4, 'a': 5, 's': 13, 'v': 1}
+    """
+    ma = as_match_arrays(matches)
+    if query.rows_per_match != "ONE":
+        ma = _partition_ordered(ma)
+    rows = output_rows(query, data, ma)
+    arrays: dict = {}
+    if vectorised and not len(ma):              # no match: every measure is NULL
+        for m in query.measures:
+            arrays[m.name] = pa.nulls(len(rows.source), m.type.arrow())
+    elif vectorised:
+        vec = _Vectors(query, data, ma, rows)
+        for m in query.measures:
+            arr = vec.measure(m)
+            if arr is not None:
+                arrays[m.name] = arr
+    rest = [m for m in query.measures if m.name not in arrays]
+    if rest:
+        values = _interpret(query, data, ma, rows, rest, interp)
+        for m, vals in zip(rest, values):
+            arrays[m.name] = measure_array(m, vals)
+    return _build_table(query, data, rows.source, arrays)
+
+
+# ------------------------------------------------------------ output rows
+
+@dataclass(frozen=True)
+class OutputRows:
+    """What feeds each output row, as int64 arrays of the output's length.
+
+    ``source``: the sorted input row whose columns it shows; ``match``: index
+    of its match in the ``MatchArrays`` (-1: an unmatched row, NULL
+    measures); ``current``: the current row of the interpreter's view (-1:
+    none, an empty match); ``running``: the element (index into
+    ``MatchArrays.labels``) of the running end, ``label_offsets[match] - 1``
+    when it covers no row.
+    """
+    source: np.ndarray
+    match: np.ndarray
+    current: np.ndarray
+    running: np.ndarray
+
+
+def output_rows(query: CheckedQuery, data: SortedInput, ma: MatchArrays) -> OutputRows:
+    """The output rows of ``query`` over ``ma`` (for ALL ROWS, ``ma`` must be
+    in partition order; match order within a partition is kept)."""
+    start, end = ma.start, ma.end
+    first, nxt = ma.label_offsets[:-1], ma.label_offsets[1:]
+    empty = end < start
+    if query.rows_per_match == "ONE":
+        return OutputRows(start, np.arange(len(ma), dtype=np.int64),
+                          np.where(empty, -1, end), nxt - 1)
+    # the match rows, in match order: kept (not excluded) rows, or the
+    # start row of an empty match
+    kept = np.flatnonzero(~ma.excluded)
+    kept_cum = _exclusive_cumsum(~ma.excluded)
+    per_match = np.where(empty, int(query.empty_matches != "OMIT"),
+                         kept_cum[nxt] - kept_cum[first])
+    mid = np.repeat(np.arange(len(ma), dtype=np.int64), per_match)
+    on_empty = empty[mid]
+    on_rows = ~on_empty
+    source = np.empty(mid.shape[0], dtype=np.int64)
+    current = np.empty(mid.shape[0], dtype=np.int64)
+    running = np.empty(mid.shape[0], dtype=np.int64)
+    running[on_rows] = kept
+    source[on_rows] = kept + (start - first)[mid[on_rows]]
+    current[on_rows] = source[on_rows]
+    empty_mid = mid[on_empty]
+    source[on_empty] = start[empty_mid]
+    current[on_empty] = -1
+    running[on_empty] = first[empty_mid] - 1
+    if query.empty_matches != "UNMATCHED":
+        return OutputRows(source, mid, current, running)
+    return _with_unmatched(data, ma, per_match, OutputRows(source, mid, current, running))
+
+
+def _with_unmatched(data: SortedInput, ma: MatchArrays, per_match: np.ndarray,
+                    stream: OutputRows) -> OutputRows:
+    """Insert the unmatched rows into the match rows. Each partition has one
+    slot per match plus one at its end; an unmatched row goes to the slot of
+    the first match (in match order) starting after it, before that match's
+    rows (see the module docstring)."""
+    offsets = data.partition_offsets
+    n, m = int(offsets[-1]), len(ma)
+    n_parts = len(offsets) - 1
+    start, end = ma.start, ma.end
+    stop = np.where(end < start, start, end) + 1          # an empty match covers its row
+    cover = np.bincount(start, minlength=n + 1)[:n + 1] - np.bincount(stop, minlength=n + 1)[:n + 1]
+    unmatched = np.flatnonzero(np.cumsum(cover[:n]) == 0)
+    part_of = np.searchsorted(offsets, unmatched, side="right") - 1
+    first_match = np.searchsorted(ma.partition, np.arange(n_parts + 1), side="left")
+    # first match whose start exceeds the row: a running max makes starts sorted
+    reach = np.maximum.accumulate(start) if m else start
+    slot_match = np.clip(np.searchsorted(reach, unmatched, side="right"),
+                         first_match[part_of], first_match[part_of + 1])
+    slot_un = slot_match + part_of
+    n_slots = m + n_parts
+    count_un = np.bincount(slot_un, minlength=n_slots)
+    count_m = np.zeros(n_slots, dtype=np.int64)
+    match_slot = np.arange(m, dtype=np.int64) + ma.partition
+    count_m[match_slot] = per_match
+    slot_begin = _exclusive_cumsum(count_un + count_m)
+    total = int(slot_begin[-1])
+    pos_un = slot_begin[slot_un] + (np.arange(unmatched.shape[0]) - _exclusive_cumsum(count_un)[slot_un])
+    mid = stream.match
+    within = np.arange(mid.shape[0]) - _exclusive_cumsum(per_match)[mid]
+    pos_m = slot_begin[match_slot[mid]] + count_un[match_slot[mid]] + within
+    out = [np.empty(total, dtype=np.int64) for _ in range(4)]
+    for arr, un_value, m_value in zip(out, (unmatched, -1, -1, -1),
+                                      (stream.source, mid, stream.current, stream.running)):
+        arr[pos_un] = un_value
+        arr[pos_m] = m_value
+    return OutputRows(*out)
+
+
+def _exclusive_cumsum(x: np.ndarray) -> np.ndarray:
+    out = np.zeros(x.shape[0] + 1, dtype=np.int64)
+    np.cumsum(x, out=out[1:])
+    return out
+
+
+def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The concatenation of ``range(s, s + l)`` for each pair."""
+    begins = _exclusive_cumsum(lengths)
+    return np.repeat(starts - begins[:-1], lengths) + np.arange(begins[-1], dtype=np.int64)
+
+
+def _partition_ordered(ma: MatchArrays) -> MatchArrays:
+    """Matches stably sorted by partition (engines already deliver them so)."""
+    p = ma.partition
+    if p.shape[0] < 2 or bool(np.all(p[1:] >= p[:-1])):
+        return ma
+    order = np.argsort(p, kind="stable")
+    lengths = np.diff(ma.label_offsets)[order]
+    elements = _ranges(ma.label_offsets[:-1][order], lengths)
+    return MatchArrays(p[order], ma.number[order], ma.start[order], ma.end[order],
+                       _exclusive_cumsum(lengths), ma.labels[elements], ma.excluded[elements])
+
+
+# ------------------------------------------------------------ interpreter path
+
+def _interpret(query: CheckedQuery, data: SortedInput, ma: MatchArrays, rows: OutputRows,
+               measures: list, interp: Optional[Interpreter]) -> list:
+    """Values of ``measures`` per output row by the interpreter, row by row
+    and measure by measure (so errors surface in the interpreter's order)."""
     if interp is None:
-        needed = {n.resolved for m in query.measures for n in m.expr.walk()
+        needed = {n.resolved for m in measures for n in m.expr.walk()
                   if isinstance(n, A.ColumnRef)}
         columns = {name: T.arrow_values(data.table.column(name), query.column_types[name])
                    for name in needed}
         interp = Interpreter(query, columns)
-    offsets = data.partition_offsets
-    source_rows: list[int] = []                       # sorted row feeding each output row
-    values: list[list] = [[] for _ in query.measures]
-
-    def emit(row: int, view: MatchView | None) -> None:
-        source_rows.append(row)
-        for i, m in enumerate(query.measures):
-            values[i].append(None if view is None else interp.eval(m.expr, view))
-
-    def part_bounds(p: int) -> tuple[int, int]:
-        return int(offsets[p]), int(offsets[p + 1])
-
-    if query.rows_per_match == "ONE":
-        for m in matches:
-            lo, hi = part_bounds(m.partition)
-            view = MatchView(lo, hi, m.start, list(m.labels), None if m.is_empty else m.end,
-                             m.end, m.end, m.number)
-            emit(m.start, view)
-    else:
-        show_empty = query.empty_matches != "OMIT"
-        unmatched = query.empty_matches == "UNMATCHED"
-        by_partition: dict = {}
-        for m in matches:
-            by_partition.setdefault(m.partition, []).append(m)
-        for p in range(len(offsets) - 1):
-            lo, hi = part_bounds(p)
-            part_matches = by_partition.get(p, [])
-            covered = np.zeros(hi - lo, dtype=bool) if unmatched else None
-            if unmatched:
-                for m in part_matches:
-                    covered[m.start - lo:m.end - lo + 1] = True
-                    if m.is_empty:
-                        covered[m.start - lo] = True
-            next_row = lo        # unmatched rows before this have been emitted
-            for m in part_matches:
-                if unmatched:
-                    while next_row < m.start:
-                        if not covered[next_row - lo]:
-                            emit(next_row, None)
-                        next_row += 1
-                if m.is_empty:
-                    if show_empty:
-                        emit(m.start, MatchView(lo, hi, m.start, [], None, m.end, m.end,
-                                                m.number))
-                else:
-                    labels = list(m.labels)
-                    for i, row in enumerate(range(m.start, m.end + 1)):
-                        if m.excluded[i]:
-                            continue
-                        emit(row, MatchView(lo, hi, m.start, labels, row, row, m.end, m.number))
-                next_row = max(next_row, m.start + 1 if m.is_empty else m.start)
-            if unmatched:
-                while next_row < hi:
-                    if not covered[next_row - lo]:
-                        emit(next_row, None)
-                    next_row += 1
-    return _build_table(query, data, source_rows, values)
+    offsets = data.partition_offsets.tolist()
+    part, number = ma.partition.tolist(), ma.number.tolist()
+    start, end, first = ma.start.tolist(), ma.end.tolist(), ma.label_offsets.tolist()
+    labels: dict = {}
+    n = rows.source.shape[0]
+    values: list = [[None] * n for _ in measures]
+    for o, (i, cur, run) in enumerate(zip(rows.match.tolist(), rows.current.tolist(),
+                                          rows.running.tolist())):
+        if i < 0:
+            continue
+        lab = labels.get(i)
+        if lab is None:
+            lab = labels[i] = ma.labels[first[i]:first[i + 1]].tolist()
+        p = part[i]
+        view = MatchView(offsets[p], offsets[p + 1], start[i], lab, None if cur < 0 else cur,
+                         start[i] + run - first[i], end[i], number[i])
+        for j, m in enumerate(measures):
+            values[j][o] = interp.eval(m.expr, view)
+    return values
 
 
-def _build_table(query: CheckedQuery, data: SortedInput, source_rows: list,
-                 values: list) -> pa.Table:
-    """Input columns by one gather from the sorted table, measures from values
+def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray,
+                 measures: dict) -> pa.Table:
+    """Input columns by one gather from the sorted table, then the measures
     (analysis guarantees measure names never clash with input columns)."""
     take = pa.array(source_rows, pa.int64())
-    measures = {m.name: (m, values[i]) for i, m in enumerate(query.measures)}
     arrays = []
     for field in query.output_schema:
         if field.name in measures:
-            arrays.append(measure_array(*measures[field.name]))
+            arrays.append(measures[field.name])
         else:
             arrays.append(data.table.column(field.name).take(take))
     return pa.Table.from_arrays(arrays, schema=query.output_schema)
@@ -132,3 +282,266 @@ def measure_array(m, vals: list) -> pa.Array:
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
         raise DataError(f"measure {m.name}: its values do not fit {t.sql_name()} ({exc})",
                         column=m.name, code="bad_measure_value") from None
+
+
+# ------------------------------------------------------------ vectorised path
+
+class _Fallback(Exception):
+    """This measure (or this data) has no exact vectorised form."""
+
+
+# Input column types whose values a gather reproduces exactly as the
+# interpreter's (value list -> measure_array) path does.
+def _gatherable(t: pa.DataType) -> bool:
+    return (pa.types.is_integer(t) or t in (pa.float32(), pa.float64(), pa.bool_(),
+                                            pa.string(), pa.large_string(), pa.date32(),
+                                            pa.null())
+            or pa.types.is_timestamp(t) or pa.types.is_duration(t)
+            or pa.types.is_decimal128(t) or getattr(pa.types, "is_string_view", bool)(t))
+
+
+class _Vectors:
+    """Vectorised measure evaluation over one set of output rows.
+
+    Per output row ``o`` with match ``i``: ``first``/``stop`` bound the
+    match's elements, ``delta`` maps an element to its row (row = element +
+    delta), ``running``/``final`` are the elements of the running and final
+    ends (``first - 1``: no row yet).
+    """
+
+    def __init__(self, query: CheckedQuery, data: SortedInput, ma: MatchArrays,
+                 rows: OutputRows):
+        self.q, self.data, self.ma = query, data, ma
+        self.n = rows.source.shape[0]
+        self.has = rows.match >= 0
+        mi = np.where(self.has, rows.match, 0)
+        self.mi = mi
+        self.first = ma.label_offsets[mi]
+        self.stop = ma.label_offsets[mi + 1]
+        self.delta = ma.start[mi] - self.first
+        self.current = rows.current
+        self.running = rows.running
+        self.final = self.stop - 1
+        ids = {name: i for i, name in enumerate(query.primary_vars)}
+        self.var_ids = {name: (i,) for name, i in ids.items()}
+        for name, members in query.subsets.items():
+            self.var_ids[name] = tuple(sorted(ids[x] for x in members))
+        self._cum: dict = {}
+        self._columns: dict = {}
+        self._elem_row = None
+        self._part = None
+
+    # -------------------------------------------------------- entry point
+    def measure(self, m) -> Optional[pa.Array]:
+        """The measure as an Arrow array of its type, or None: interpret it."""
+        try:
+            arr = self._eval(m.expr)
+        except _Fallback:
+            return None
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+            return None
+        return arr if arr.type == m.type.arrow() else None
+
+    def _eval(self, e: A.Expr) -> pa.Array:
+        if isinstance(e, A.MatchNumber):
+            return self._ints(self.ma.number[self.mi], self.has)
+        if isinstance(e, A.Classifier):
+            return self._label_at(self._last_row(e.var))
+        if isinstance(e, A.ColumnRef):
+            return self._gather(e, self._last_row(e.var))
+        if isinstance(e, A.Navigation):
+            inner = e.arg.arg if isinstance(e.arg, A.Navigation) else e.arg
+            rows = self._navigate(e)
+            if isinstance(inner, A.ColumnRef):
+                return self._gather(inner, rows)
+            if isinstance(inner, A.Classifier):
+                return self._label_at(rows)
+            raise _Fallback
+        if isinstance(e, A.Aggregate):
+            return self._aggregate(e)
+        raise _Fallback
+
+    # -------------------------------------------------------- rows
+    def _ids(self, var: Optional[str]):
+        return None if var is None else self.var_ids[var]
+
+    def _cumulative(self, ids) -> tuple:
+        """(prefix counts of the elements mapped to ``ids``, their positions)."""
+        got = self._cum.get(ids)
+        if got is None:
+            lut = np.zeros(max(len(self.q.primary_vars), 1), dtype=bool)
+            lut[list(ids)] = True
+            member = lut[self.ma.labels]
+            pos = np.flatnonzero(member)
+            got = self._cum[ids] = (_exclusive_cumsum(member), np.append(pos, -1))
+        return got
+
+    def _count(self, ids, upto: np.ndarray) -> np.ndarray:
+        """Rows of the match mapped to ``ids`` (None: all) up to element ``upto``."""
+        if ids is None:
+            return upto + 1 - self.first
+        cum, _ = self._cumulative(ids)
+        return cum[upto + 1] - cum[self.first]
+
+    def _logical(self, ids, kind: str, k: int, upto: np.ndarray) -> np.ndarray:
+        """The element FIRST/LAST(.., k) lands on, -1 for none."""
+        count = self._count(ids, upto)
+        ok = self.has & (count > k)
+        if ids is None:
+            el = self.first + k if kind == "FIRST" else upto - k
+        else:
+            cum, pos = self._cumulative(ids)
+            idx = cum[self.first] + k if kind == "FIRST" else cum[upto + 1] - 1 - k
+            el = pos[np.where(ok, idx, -1)]
+        return np.where(ok, el, -1)
+
+    def _to_row(self, el: np.ndarray) -> np.ndarray:
+        return np.where(el >= 0, el + self.delta, -1)
+
+    def _last_row(self, var: Optional[str]) -> np.ndarray:
+        """The interpreter's last_row_of: the current row for the universal
+        variable, else the last row mapped to ``var`` up to the running end."""
+        if var is None:
+            return np.where(self.has, self.current, -1)
+        return self._to_row(self._logical(self._ids(var), "LAST", 0, self.running))
+
+    def _bounds(self) -> tuple:
+        if self._part is None:
+            offsets = self.data.partition_offsets
+            p = self.ma.partition[self.mi]
+            self._part = (offsets[p], offsets[p + 1])
+        return self._part
+
+    def _navigate(self, e: A.Navigation) -> np.ndarray:
+        """The row each output row's navigation lands on, -1 for none."""
+        k = int(e.offset.value)
+        if e.kind in ("FIRST", "LAST"):
+            upto = self.final if e.semantics == "FINAL" else self.running
+            return self._to_row(self._logical(self._ids(_nav_var(e.arg)), e.kind, k, upto))
+        if isinstance(e.arg, A.Navigation):
+            base = self._navigate(e.arg)
+        else:
+            base = self._last_row(_nav_var(e.arg))
+        target = base - k if e.kind == "PREV" else base + k
+        lo, hi = self._bounds()
+        return np.where((base >= 0) & (target >= lo) & (target < hi), target, -1)
+
+    # -------------------------------------------------------- values
+    def _ints(self, values: np.ndarray, valid: np.ndarray) -> pa.Array:
+        mask = None if bool(valid.all()) else ~valid
+        return pa.array(values.astype(np.int64, copy=False), pa.int64(), mask=mask)
+
+    def _doubles(self, values: np.ndarray, valid: np.ndarray) -> pa.Array:
+        mask = None if bool(valid.all()) else ~valid
+        return pa.array(values, pa.float64(), mask=mask)
+
+    def _label_at(self, rows: np.ndarray) -> pa.Array:
+        """CLASSIFIER at ``rows``: the label if the row is in the match."""
+        el = rows - self.delta
+        ok = (rows >= 0) & (el >= self.first) & (el < self.stop)
+        labels = self.ma.labels[np.where(ok, el, 0)] if self.ma.labels.shape[0] else \
+            np.zeros(self.n, dtype=np.int16)
+        names = pa.array(list(self.q.primary_vars), pa.string())
+        return names.take(pa.array(labels.astype(np.int32), pa.int32(), mask=~ok))
+
+    def _column(self, name: str) -> pa.Array:
+        col = self._columns.get(name)
+        if col is None:
+            chunked = self.data.table.column(name)
+            col = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
+            if pa.types.is_dictionary(col.type):
+                col = col.dictionary_decode()
+            self._columns[name] = col
+        return col
+
+    def _gather(self, ref: A.ColumnRef, rows: np.ndarray) -> pa.Array:
+        col = self._column(ref.resolved)
+        if not _gatherable(col.type):
+            raise _Fallback
+        mask = rows < 0
+        out = col.take(pa.array(np.where(mask, 0, rows), pa.int64(),
+                                mask=mask if mask.any() else None))
+        target = ref.type.arrow()
+        return out if out.type == target else out.cast(target)
+
+    def _numbers(self, ref: A.ColumnRef, keys: bool) -> tuple:
+        """(values per row as int64 or float64 numpy, valid per row); with
+        ``keys``, order-preserving keys for MIN/MAX of any orderable type."""
+        col = self._column(ref.resolved)
+        t = col.type
+        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        if pa.types.is_integer(t):
+            values = col.cast(pa.int64()).fill_null(0).to_numpy()
+        elif t in (pa.float32(), pa.float64()):
+            values = col.cast(pa.float64()).fill_null(0.0).to_numpy()
+            if np.isnan(values[valid]).any():
+                raise _Fallback
+        elif not keys:
+            raise _Fallback
+        elif t == pa.bool_():
+            values = col.cast(pa.int64()).fill_null(0).to_numpy()
+        elif t == pa.date32() or pa.types.is_timestamp(t) or pa.types.is_duration(t):
+            values = col.view(pa.int32() if t == pa.date32() else pa.int64()) \
+                .cast(pa.int64()).fill_null(0).to_numpy()
+        elif t in (pa.string(), pa.large_string()):
+            # UTF-8 byte order is code point order, which is Python's str order
+            values = pc.rank(col, sort_keys="ascending", tiebreaker="dense").cast(
+                pa.int64()).to_numpy()
+        else:
+            raise _Fallback
+        return np.ascontiguousarray(values), valid
+
+    def _elements(self) -> np.ndarray:
+        """The row of every element."""
+        if self._elem_row is None:
+            ma = self.ma
+            lengths = np.diff(ma.label_offsets)
+            self._elem_row = np.arange(ma.labels.shape[0], dtype=np.int64) + np.repeat(
+                ma.start - ma.label_offsets[:-1], lengths)
+        return self._elem_row
+
+    def _aggregate(self, e: A.Aggregate) -> pa.Array:
+        from .kernels.segmented import segmented_arg_extreme, segmented_sum
+        upto = self.final if e.semantics == "FINAL" else self.running
+        ids = self._ids(e.var)
+        if e.star:
+            return self._ints(np.where(self.has, self._count(ids, upto), 0), self.has)
+        if (e.distinct or e.over_order or len(e.args) != 1
+                or e.name not in ("COUNT", "SUM", "AVG", "MIN", "MAX")
+                or not isinstance(e.args[0], A.ColumnRef)):
+            raise _Fallback
+        ref = e.args[0]
+        if e.name == "COUNT":
+            col = self._column(ref.resolved)
+            valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            counted = valid[self._elements()]
+        else:
+            keys = e.name in ("MIN", "MAX")
+            if e.name in ("SUM", "AVG") and ref.type.kind not in ("BIGINT", "DOUBLE"):
+                raise _Fallback
+            values, valid = self._numbers(ref, keys)
+            rows = self._elements()
+            values, counted = values[rows], valid[rows]
+        if ids is not None:
+            lut = np.zeros(max(len(self.q.primary_vars), 1), dtype=bool)
+            lut[list(ids)] = True
+            counted &= lut[self.ma.labels]
+        cum = _exclusive_cumsum(counted)
+        count = np.where(self.has, cum[upto + 1] - cum[self.first], 0)
+        if e.name == "COUNT":
+            return self._ints(count, self.has)
+        some = self.has & (count > 0)
+        at = np.where(some, upto, -1)               # -1: the sentinel appended below
+        offsets = self.ma.label_offsets
+        if e.name in ("MIN", "MAX"):
+            arg = np.append(segmented_arg_extreme(values, counted, offsets, e.name == "MAX"), -1)
+            return self._gather(ref, self._to_row(arg[at]))
+        sums, overflow = segmented_sum(values, counted, offsets)
+        if overflow:
+            raise _Fallback          # the interpreter raises (SUM) or is exact (AVG)
+        total = np.append(sums, 0)[at]
+        if e.name == "SUM":
+            if values.dtype.kind == "f":
+                return self._doubles(total, some)
+            return self._ints(total, some)
+        return self._doubles(total.astype(np.float64) / np.where(some, count, 1), some)

@@ -1,0 +1,401 @@
+"""Vectorised MEASURES and output assembly (gpu_mr/measures.py) against the
+interpreter path (``assemble(..., vectorised=False)``), which is the
+semantics: hand-checked values per measure form, the output row order, the
+segmented kernels against Python, and a property-based differential test
+over random patterns, DEFINEs, measures, row modes, exclusions, subsets,
+overlapping matches and column types. GPU_MR_FULL_TESTS=1 runs many more
+examples.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import struct
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from gpu_mr import measures
+from gpu_mr.analysis import analyze
+from gpu_mr.engines.base import MatchArrays
+from gpu_mr.engines.reference import ReferenceEngine
+from gpu_mr.errors import DataError, GpuMrError, MatchRuntimeError
+from gpu_mr.frames import sort_for_matching
+from gpu_mr.kernels import segmented
+from gpu_mr.syntax import ast as A
+from gpu_mr.syntax import parse_clause
+
+FULL = os.environ.get("GPU_MR_FULL_TESTS") == "1"
+EXAMPLES = 2000 if FULL else 150
+
+
+# ------------------------------------------------------------ helpers
+
+def _bits(v):
+    """Values compared exactly: floats by their bits (NaN, -0.0)."""
+    if isinstance(v, float):
+        return ("f", struct.pack("<d", v))
+    if isinstance(v, dict):
+        return {k: _bits(x) for k, x in v.items()}
+    return v
+
+
+def assert_same(got: pa.Table, want: pa.Table) -> None:
+    assert got.schema == want.schema, f"{got.schema}\n!=\n{want.schema}"
+    for name in want.column_names:
+        g, w = got.column(name), want.column(name)
+        assert g.type == w.type, name
+        assert [_bits(v) for v in g.to_pylist()] == [_bits(v) for v in w.to_pylist()], \
+            f"column {name}:\n got  {g.to_pylist()}\n want {w.to_pylist()}"
+
+
+def run(clause: str, table: pa.Table, vectorised: bool = True, arrays: bool = False):
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    matches = ReferenceEngine().find_matches(query, data)
+    if arrays:
+        matches = MatchArrays.from_matches(matches)
+    return measures.assemble(query, data, matches, vectorised=vectorised)
+
+
+def both(clause: str, table: pa.Table) -> pa.Table:
+    """The vectorised table, checked equal to the interpreter's."""
+    want = run(clause, table, vectorised=False)
+    got = run(clause, table, arrays=True)
+    assert_same(got, want)
+    return got
+
+
+TICKS = pa.table({
+    "p": pa.array([1, 1, 1, 1, 1, 1, 2, 2, 2], pa.int64()),
+    "ts": pa.array(range(9), pa.int64()),
+    "price": pa.array([10, 8, 6, 7, 9, 5, 3, 4, 2], pa.int32()),
+    "x": pa.array([0.1, 0.2, None, 0.3, -0.0, 1e16, 1.0, None, 2.5], pa.float64()),
+    "s": pa.array(["b", "a", None, "c", "é", "a", "z", "y", None]),
+})
+
+FALLS_RISES = ("PARTITION BY p ORDER BY ts MEASURES {m} {rows} AFTER MATCH SKIP {skip} "
+               "PATTERN (A B* C*) DEFINE B AS price < PREV(price), C AS price > PREV(price)")
+
+
+def measure_values(measure: str, rows: str = "ONE ROW PER MATCH", skip: str = "PAST LAST ROW",
+                   table: pa.Table = TICKS) -> list:
+    out = both(FALLS_RISES.format(m=f"{measure} AS m", rows=rows, skip=skip), table)
+    return out.column("m").to_pylist()
+
+
+# ------------------------------------------------------------ unit: measure forms
+
+def test_match_number_and_classifier():
+    assert measure_values("MATCH_NUMBER()") == [1, 2, 1, 2]
+    assert measure_values("CLASSIFIER()", "ALL ROWS PER MATCH") == \
+        ["A", "B", "B", "C", "C", "A", "A", "C", "A"]
+    assert measure_values("CLASSIFIER(B)", "ALL ROWS PER MATCH") == \
+        [None, "B", "B", "B", "B", None, None, None, None]
+
+
+def test_column_references():
+    assert measure_values("price") == [9, 5, 4, 2]            # the last row, as BIGINT
+    assert measure_values("B.price") == [6, None, None, None]
+    assert measure_values("B.price", "ALL ROWS PER MATCH") == \
+        [None, 8, 6, 6, 6, None, None, None, None]
+    out = both(FALLS_RISES.format(m="s AS m", rows="ONE ROW PER MATCH", skip="PAST LAST ROW"),
+               TICKS)
+    assert out.schema.field("m").type == pa.string()
+
+
+def test_first_last_running_and_final():
+    assert measure_values("FIRST(price)", "ALL ROWS PER MATCH") == [10, 10, 10, 10, 10, 5, 3, 3, 2]
+    assert measure_values("LAST(B.price, 1)", "ALL ROWS PER MATCH") == \
+        [None, None, 8, 8, 8, None, None, None, None]
+    assert measure_values("FINAL LAST(price, 1)", "ALL ROWS PER MATCH") == \
+        [7, 7, 7, 7, 7, None, 3, 3, None]
+    assert measure_values("FINAL FIRST(C.price)", "ALL ROWS PER MATCH") == \
+        [7, 7, 7, 7, 7, None, 4, 4, None]
+
+
+def test_prev_next():
+    assert measure_values("PREV(price)", "ALL ROWS PER MATCH") == \
+        [None, 10, 8, 6, 7, 9, None, 3, 4]     # PREV leaves the match
+    assert measure_values("NEXT(A.price, 2)") == [6, None, 2, None]
+    assert measure_values("PREV(FINAL LAST(B.price), 2)") == [10, None, None, None]
+    assert measure_values("NEXT(CLASSIFIER())", "ALL ROWS PER MATCH") == \
+        ["B", "B", "C", "C", None, None, "C", None, None]
+
+
+def test_aggregates():
+    assert measure_values("COUNT(*)") == [5, 1, 2, 1]
+    assert measure_values("COUNT(B.*)", "ALL ROWS PER MATCH") == [0, 1, 2, 2, 2, 0, 0, 0, 0]
+    assert measure_values("COUNT(x)") == [4, 1, 1, 1]
+    assert measure_values("SUM(price)", "ALL ROWS PER MATCH") == [10, 18, 24, 31, 40, 5, 3, 7, 2]
+    assert measure_values("FINAL AVG(C.price)") == [8.0, None, 4.0, None]
+    assert measure_values("MIN(s)") == ["a", "a", "y", None]
+    assert measure_values("FINAL MAX(s)", "ALL ROWS PER MATCH") == \
+        ["é", "é", "é", "é", "é", "a", "z", "z", None]
+    assert measure_values("SUM(x)", "ALL ROWS PER MATCH")[:5] == [0.1, 0.1 + 0.2, 0.1 + 0.2,
+                                                                   0.1 + 0.2 + 0.3,
+                                                                   0.1 + 0.2 + 0.3 + -0.0]
+
+
+def test_min_keeps_the_first_of_equal_extremes():
+    t = pa.table({"ts": [1, 2, 3], "x": [0.0, -0.0, 1.0]})
+    clause = "ORDER BY ts MEASURES MIN(x) AS lo, MAX(-x) AS hi PATTERN (A+) DEFINE A AS TRUE"
+    got = both(clause, t)
+    assert math.copysign(1, got.column("lo")[0].as_py()) == 1.0
+
+
+def test_temporal_min_max_and_types():
+    t = pa.table({"ts": [1, 2, 3, 4],
+                  "d": pa.array([dt.date(2024, 1, 3), dt.date(2024, 1, 1), None,
+                                 dt.date(2023, 5, 1)]),
+                  "t": pa.array([5, 1, None, 7], pa.timestamp("ms", tz="UTC")),
+                  "i": pa.array([1, None, 3, 4], pa.int8()),
+                  "u": pa.array([1, 2, 3, 2**63 + 5], pa.uint64())})
+    both("ORDER BY ts MEASURES MIN(d) AS a, MAX(t) AS b, FINAL MIN(t) AS c, SUM(i) AS e, "
+         "LAST(u) AS f, AVG(i) AS g, PREV(d) AS h ALL ROWS PER MATCH PATTERN (A+) "
+         "DEFINE A AS TRUE", t.slice(0, 3))
+
+
+def test_bigint_overflow_raises_like_the_interpreter():
+    t = pa.table({"ts": [1, 2, 3, 4], "v": pa.array([2**62, -5, 2**62, 10], pa.int64())})
+    clause = "ORDER BY ts MEASURES SUM(v) AS s PATTERN (A+) DEFINE A AS TRUE"
+    with pytest.raises(DataError) as want:
+        run(clause, t, vectorised=False)
+    with pytest.raises(DataError) as got:
+        run(clause, t)
+    assert str(got.value) == str(want.value)
+    both("ORDER BY ts MEASURES AVG(v) AS s PATTERN (A+) DEFINE A AS TRUE", t)
+
+
+def test_fallback_forms():
+    measure_values("LAST(C.price) - FIRST(A.price)")
+    measure_values("SUM(DISTINCT price)", "ALL ROWS PER MATCH")
+    measure_values("STDDEV(x)", "ALL ROWS PER MATCH WITH UNMATCHED ROWS")
+    measure_values("FIRST(price * 2)")
+
+
+def test_output_rows_with_unmatched_rows_overlaps_and_exclusions():
+    t = pa.table({"ts": list(range(7)), "v": [0, 1, 1, 0, 1, 1, 0]})
+    clause = ("ORDER BY ts MEASURES MATCH_NUMBER() AS n, CLASSIFIER() AS c ALL ROWS PER MATCH "
+              "WITH UNMATCHED ROWS AFTER MATCH SKIP TO NEXT ROW PATTERN (A B | C?) "
+              "DEFINE A AS v = 1, B AS v = 1, C AS v = 9")
+
+    def rows(text):
+        got = both(text, t)
+        return list(zip(*[got.column(c).to_pylist() for c in ("ts", "n", "c")]))
+    # empty matches emit their row; row 2 ends match 2 and starts empty match 3
+    assert rows(clause) == [(0, 1, None), (1, 2, "A"), (2, 2, "B"), (2, 3, None), (3, 4, None),
+                            (4, 5, "A"), (5, 5, "B"), (5, 6, None), (6, 7, None)]
+    # overlapping matches (row 2 is in match 1, match 2 starts there), unmatched rows between
+    assert rows(clause.replace("C?", "C")) == [
+        (0, None, None), (1, 1, "A"), (2, 1, "B"), (3, None, None), (4, 2, "A"), (5, 2, "B"),
+        (6, None, None)]
+    # excluded rows are left out
+    assert rows(clause.replace("A B", "A {- B -}").replace("WITH UNMATCHED ROWS", "")) == [
+        (0, 1, None), (1, 2, "A"), (2, 3, None), (3, 4, None), (4, 5, "A"), (5, 6, None),
+        (6, 7, None)]
+    assert rows(clause.replace("WITH UNMATCHED ROWS", "OMIT EMPTY MATCHES")) == [
+        (1, 2, "A"), (2, 2, "B"), (4, 5, "A"), (5, 5, "B")]
+
+
+def test_partition_order_is_restored_for_all_rows():
+    """Matches handed over out of partition order come out by partition."""
+    t = pa.table({"p": [1, 1, 2, 2], "ts": [1, 2, 3, 4], "v": [1, 1, 1, 1]})
+    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n ALL ROWS PER MATCH "
+              "PATTERN (A) DEFINE A AS v = 1")
+    query = analyze(parse_clause(clause), t.schema)
+    data = sort_for_matching(t, query.partition_columns, query.order_keys)
+    found = ReferenceEngine().find_matches(query, data)
+    shuffled = found[2:] + found[:2]
+    want = measures.assemble(query, data, found, vectorised=False)
+    assert_same(measures.assemble(query, data, MatchArrays.from_matches(shuffled)), want)
+
+
+def test_no_matches_gives_null_measures():
+    got = both("ORDER BY ts MEASURES SUM(price) AS total, CLASSIFIER() AS c ALL ROWS PER MATCH "
+               "WITH UNMATCHED ROWS PATTERN (A) DEFINE A AS price > 100", TICKS)
+    assert got.column("total").null_count == len(TICKS)
+
+
+# ------------------------------------------------------------ kernels
+
+@st.composite
+def segments(draw):
+    lengths = draw(st.lists(st.integers(0, 6), max_size=6))
+    n = sum(lengths)
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
+    take = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    return offsets, take
+
+
+FLOATS = st.sampled_from([0.1, 0.2, 0.3, -0.0, 0.0, 1e16, -1e16, 1.0, 3.5, 1e-300, -2.5,
+                          math.inf, 1e308])
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(segments(), st.data())
+def test_segmented_kernels_against_python(seg, data):
+    offsets, take = seg
+    n = take.shape[0]
+    xs = np.array(data.draw(st.lists(FLOATS, min_size=n, max_size=n)), dtype=np.float64)
+    ks = np.array(data.draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n)), np.int64)
+    for compiled in (False, True):
+        fsum, _ = segmented.segmented_sum(xs, take, offsets, compiled=compiled)
+        isum, bad = segmented.segmented_sum(ks, take, offsets, compiled=compiled)
+        lo = segmented.segmented_arg_extreme(xs, take, offsets, False, compiled=compiled)
+        hi = segmented.segmented_arg_extreme(ks, take, offsets, True, compiled=compiled)
+        assert not bad
+        for i in range(offsets.shape[0] - 1):
+            seen = []
+            for e in range(offsets[i], offsets[i + 1]):
+                if take[e]:
+                    seen.append(e)
+                want = sum(float(xs[j]) for j in seen) if seen else 0.0
+                assert struct.pack("<d", fsum[e]) == struct.pack("<d", want)
+                assert isum[e] == sum(int(ks[j]) for j in seen)
+                vals = [float(xs[j]) for j in seen]
+                assert lo[e] == (seen[vals.index(min(vals))] if seen else -1)
+                ints = [int(ks[j]) for j in seen]
+                assert hi[e] == (seen[ints.index(max(ints))] if seen else -1)
+
+
+def test_int_sum_overflow_is_reported():
+    v = np.array([2**62, 2**62, -1], dtype=np.int64)
+    for compiled in (False, True):
+        assert segmented.segmented_sum(v, np.ones(3, bool), np.array([0, 3]),
+                                       compiled=compiled)[1]
+
+
+def test_compensated_sum_mode():
+    """The Python >= 3.12 rule (Neumaier), whatever this Python is."""
+    xs = np.array([1e100, 1.0, -1e100, -0.0], dtype=np.float64)
+    for fn in (segmented.running_sum_float, segmented._cpu_kernels()[1]):
+        out = np.empty(4)
+        fn(xs, np.ones(4, bool), np.array([0, 4]), True, out)
+        assert out.tolist() == [1e100, 1e100, 1.0, 1.0]
+        fn(xs, np.ones(4, bool), np.array([0, 4]), False, out)
+        assert out.tolist() == [1e100, 1e100, 0.0, 0.0]
+
+
+# ------------------------------------------------------------ differential
+
+VARS = ("A", "B", "C")
+ROW_LOCAL = ["a > {k}", "a <= {k}", "a < PREV(a)", "x > 0.2", "s >= 'c'", "TRUE",
+             "a IS NULL", "NEXT(a) > a"]
+STATEFUL = ["COUNT({v}.*) < {k}", "a > LAST({w}.a)", "SUM({v}.a) <= {k}"]
+COLS = ["a", "x", "s", "d", "t", "i", "big"]
+NUMS = ["a", "x", "i", "big"]
+MEASURES = [
+    "MATCH_NUMBER()", "CLASSIFIER()", "CLASSIFIER({v})", "{v}.{c}", "{c}",
+    "{sem}FIRST({v}.{c}, {k})", "{sem}LAST({c}, {k})", "{sem}LAST({v}.{c})",
+    "PREV({v}.{c}, {k})", "NEXT({c})", "PREV({sem}LAST({v}.{c}, {k}), {k2})",
+    "NEXT({sem}FIRST({c}), {k2})", "PREV(CLASSIFIER())", "NEXT(CLASSIFIER({v}), {k})",
+    "{sem}LAST(CLASSIFIER({v}))", "{sem}COUNT(*)", "{sem}COUNT({v}.*)", "{sem}COUNT({v}.{c})",
+    "{sem}SUM({v}.{n})", "{sem}AVG({n})", "{sem}MIN({v}.{c})", "{sem}MAX({c})",
+    "{sem}SUM({n})", "{sem}MIN({n})",
+    # fall back to the interpreter
+    "LAST({v}.a) - FIRST(a)", "{sem}COUNT(DISTINCT {v}.{c})", "{sem}MAX({v}.a + 1)",
+    "{sem}SUM(a) OVER (ORDER BY ts)",
+]
+
+
+def patterns():
+    leaf = st.sampled_from(VARS).map(lambda v: A.PVar(name=v)) | st.just(A.PEmpty())
+
+    def extend(children):
+        quant = st.tuples(children, st.sampled_from([(0, None), (1, None), (0, 1), (1, 3)]),
+                          st.booleans()).map(
+            lambda t: A.PQuant(body=t[0], min=t[1][0], max=t[1][1], greedy=t[2]))
+        concat = st.lists(children, min_size=2, max_size=3).map(
+            lambda xs: A.PConcat(items=tuple(xs)))
+        alt = st.lists(children, min_size=2, max_size=3).map(lambda xs: A.PAlt(items=tuple(xs)))
+        exclude = children.map(lambda c: A.PExclude(body=c))
+        return quant | concat | alt | exclude
+    return st.recursive(leaf, extend, max_leaves=5)
+
+
+@st.composite
+def queries(draw):
+    pattern = draw(patterns())
+    text = pattern.to_sql()
+    used = [v for v in VARS if v in text]
+    assume(used)
+    defines = []
+    for v in used:
+        if draw(st.integers(0, 4)):
+            t = draw(st.sampled_from(ROW_LOCAL + STATEFUL))
+            defines.append(f"{v} AS {t.format(v=v, w=draw(st.sampled_from(used)), k=draw(st.integers(0, 3)))}")
+    names = list(used)
+    subset = ""
+    if len(used) >= 2 and draw(st.booleans()):
+        subset = f" SUBSET U = ({', '.join(used[:2])})"
+        names.append("U")
+    measures_ = []
+    for i in range(draw(st.integers(1, 4))):
+        m = draw(st.sampled_from(MEASURES)).format(
+            v=draw(st.sampled_from(names)), c=draw(st.sampled_from(COLS)),
+            n=draw(st.sampled_from(NUMS)), k=draw(st.integers(0, 2)),
+            k2=draw(st.integers(0, 2)), sem=draw(st.sampled_from(["", "RUNNING ", "FINAL "])))
+        measures_.append(f"{m} AS m{i}")
+    rows = draw(st.sampled_from(["ONE ROW PER MATCH", "ALL ROWS PER MATCH",
+                                 "ALL ROWS PER MATCH SHOW EMPTY MATCHES",
+                                 "ALL ROWS PER MATCH OMIT EMPTY MATCHES",
+                                 "ALL ROWS PER MATCH WITH UNMATCHED ROWS"]))
+    skip = draw(st.sampled_from(["PAST LAST ROW", "TO NEXT ROW", "TO NEXT ROW"] +
+                                [f"TO LAST {v}" for v in used]))
+    return (f"PARTITION BY p ORDER BY ts MEASURES {', '.join(measures_)} {rows} "
+            f"AFTER MATCH SKIP {skip} PATTERN ({text}){subset}"
+            + (f" DEFINE {', '.join(defines)}" if defines else ""))
+
+
+@st.composite
+def tables(draw):
+    n = draw(st.integers(0, 10))
+
+    def col(values, nulls=True):
+        return [draw(st.none() | values) if nulls else draw(values) for _ in range(n)]
+    return pa.table({
+        "p": pa.array(col(st.integers(0, 1), nulls=False), pa.int64()),
+        "ts": pa.array(range(n), pa.int64()),
+        "a": pa.array(col(st.integers(0, 3)), pa.int64()),
+        "x": pa.array(col(FLOATS.filter(lambda f: f != math.inf)), pa.float64()),
+        "s": pa.array(col(st.sampled_from(["a", "b", "c", "é", ""]))),
+        "d": pa.array(col(st.dates(dt.date(2000, 1, 1), dt.date(2000, 1, 9)))),
+        "t": pa.array(col(st.integers(0, 5)), pa.timestamp("us")),
+        "i": pa.array(col(st.integers(-128, 127)), pa.int8()),
+        "big": pa.array(col(st.sampled_from([2**62, -2**62, 3, 2**63 - 1])), pa.int64()),
+    })
+
+
+def _outcome(fn):
+    try:
+        return fn(), None
+    except DataError as exc:
+        return None, (type(exc), str(exc))
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(queries(), tables())
+def test_vectorised_assembly_matches_the_interpreter(clause, table):
+    try:
+        query = analyze(parse_clause(clause), table.schema)
+    except GpuMrError:
+        assume(False)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    try:
+        found = ReferenceEngine().find_matches(query, data)
+    except MatchRuntimeError:
+        assume(False)
+    want, want_err = _outcome(lambda: measures.assemble(query, data, found, vectorised=False))
+    got, got_err = _outcome(lambda: measures.assemble(query, data,
+                                                      MatchArrays.from_matches(found)))
+    assert got_err == want_err, clause
+    if want is not None:
+        assert_same(got, want)
