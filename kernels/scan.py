@@ -45,15 +45,17 @@ ERR_SKIP_NO_ROW = 1          # SKIP TO FIRST/LAST v, but no row of the match is 
 ERR_SKIP_TO_FIRST_ROW = 2    # SKIP TO ... lands on the match's first row: endless loop
 
 
-def recover_path(classes, s, e, lo, hi, trans, start_first, start_other, parent_thread,
+def recover_path(classes, s, e, part_start, hi, trans, start_first, start_other, parent_thread,
                  parent_inst, match_thread, end_thread, inst_var, inst_excluded, states,
                  labels, excluded, out):
     """Write the variable id and ``{- -}`` mark of rows ``s .. e-1`` of the
     match ``[s, e)`` at ``labels[out ...]`` / ``excluded[out ...]``;
-    ``states[out ...]`` is scratch of the same length."""
+    ``states[out ...]`` is scratch of the same length. ``part_start`` is the
+    partition's first row (-1 when it lies before the rows at hand), ``hi``
+    its end."""
     if e <= s:
         return
-    state = start_first if s == lo else start_other
+    state = start_first if s == part_start else start_other
     for q in range(s, e):
         states[out + q - s] = state
         state = trans[state, classes[q]]
@@ -72,25 +74,35 @@ def recover_path(classes, s, e, lo, hi, trans, start_first, start_other, parent_
 
 def make_scan_partition(recover_one):
     """The partition scan around a (plain or compiled) path recovery."""
-    def scan_partition(classes, lo, hi, trans, matched, end_accept, start_first, start_other,
-                       skip_mode, skip_vars, parent_thread, parent_inst, match_thread, end_thread,
-                       inst_var, inst_excluded, out_start, out_end, seen_state, seen_search,
-                       search_failed, scratch_states, scratch_labels, scratch_excluded, err):
-        """Scan one partition; write its matches at slots ``lo, lo+1, ...`` of
-        ``out_start`` / ``out_end``; return how many. ``err[0:2]`` = (code, slot
-        of the failing match) when AFTER MATCH SKIP TO a variable cannot resume.
+    def scan_partition(classes, lo, hi, part_start, open_end, trans, matched, end_accept,
+                       start_first, start_other, skip_mode, skip_vars, parent_thread,
+                       parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
+                       out_end, seen_state, seen_search, search_failed, scratch_states,
+                       scratch_labels, scratch_excluded, err):
+        """Scan rows ``lo .. hi-1`` of one partition; write its matches at
+        slots ``lo, lo+1, ...`` of ``out_start`` / ``out_end``; return how
+        many. ``part_start``: the partition's first row, or -1 when it lies
+        before ``lo`` (a stream resuming mid-partition). ``open_end``: the
+        partition goes on past ``hi`` (rows not yet read): a search that
+        reaches ``hi`` undecided stops the scan, and ``err[2]`` is the row to
+        resume at later (else ``hi``). ``err[0:2]`` = (code, slot of the
+        failing match) when AFTER MATCH SKIP TO a variable cannot resume.
         ``seen_state`` / ``seen_search`` / ``search_failed`` are the dead-state
         memo (per row: the state and start row of the last search there, and per
         start row whether its search failed), ``scratch_*`` room for one match's
         path (SKIP TO a variable only); all are indexed by absolute row."""
         n_out = 0
         pos = lo
+        err[2] = hi
         while pos < hi:
-            state = start_first if pos == lo else start_other
+            state = start_first if pos == part_start else start_other
             best = -1
             q = pos
             while True:
                 if q == hi:
+                    if open_end:
+                        err[2] = pos            # undecided until more rows arrive
+                        return n_out
                     if end_accept[state]:
                         best = hi
                     break
@@ -118,7 +130,7 @@ def make_scan_partition(recover_one):
             elif skip_mode == SKIP_PAST_LAST_ROW:
                 pos = best
             else:
-                recover_one(classes, pos, best, lo, hi, trans, start_first, start_other,
+                recover_one(classes, pos, best, part_start, hi, trans, start_first, start_other,
                             parent_thread, parent_inst, match_thread, end_thread, inst_var,
                             inst_excluded, scratch_states, scratch_labels, scratch_excluded, pos)
                 target = -1
@@ -138,14 +150,15 @@ def make_scan_partition(recover_one):
 
 def make_scan_driver(scan_one, prange):
     """The loop over partitions (parallel where ``prange`` is numba's)."""
-    def scan_partitions(classes, offsets, trans, matched, end_accept, start_first, start_other,
-                        skip_mode, skip_vars, parent_thread, parent_inst, match_thread,
-                        end_thread, inst_var, inst_excluded, out_start, out_end, counts,
-                        seen_state, seen_search, search_failed, scratch_states, scratch_labels,
-                        scratch_excluded, errors):
-        for p in prange(offsets.shape[0] - 1):
-            counts[p] = scan_one(classes, offsets[p], offsets[p + 1], trans, matched,
-                                 end_accept, start_first, start_other, skip_mode, skip_vars,
+    def scan_partitions(classes, scan_lo, scan_hi, part_start, open_end, trans, matched,
+                        end_accept, start_first, start_other, skip_mode, skip_vars,
+                        parent_thread, parent_inst, match_thread, end_thread, inst_var,
+                        inst_excluded, out_start, out_end, counts, seen_state, seen_search,
+                        search_failed, scratch_states, scratch_labels, scratch_excluded, errors):
+        for p in prange(scan_lo.shape[0]):
+            counts[p] = scan_one(classes, scan_lo[p], scan_hi[p], part_start[p], open_end[p],
+                                 trans, matched, end_accept, start_first, start_other,
+                                 skip_mode, skip_vars,
                                  parent_thread, parent_inst, match_thread, end_thread, inst_var,
                                  inst_excluded, out_start, out_end, seen_state, seen_search,
                                  search_failed, scratch_states, scratch_labels,
@@ -155,11 +168,11 @@ def make_scan_driver(scan_one, prange):
 
 def make_recover_driver(recover_one, prange):
     """Path recovery for every match, independently (parallel where numba's)."""
-    def recover_all(classes, match_lo, match_hi, starts, ends, label_offsets, trans,
+    def recover_all(classes, match_part_start, match_hi, starts, ends, label_offsets, trans,
                     start_first, start_other, parent_thread, parent_inst, match_thread,
                     end_thread, inst_var, inst_excluded, states, labels, excluded):
         for i in prange(starts.shape[0]):
-            recover_one(classes, starts[i], ends[i], match_lo[i], match_hi[i], trans,
+            recover_one(classes, starts[i], ends[i], match_part_start[i], match_hi[i], trans,
                         start_first, start_other, parent_thread, parent_inst, match_thread,
                         end_thread, inst_var, inst_excluded, states, labels, excluded,
                         label_offsets[i])
@@ -169,39 +182,70 @@ def make_recover_driver(recover_one, prange):
 # Plain Python: the reference for the kernel tests.
 scan_partitions = make_scan_driver(make_scan_partition(recover_path), range)
 recover_all = make_recover_driver(recover_path, range)
-_compiled = None
+_compiled: dict = {}
+
+# Below this many rows a parallel launch costs more than it saves.
+PARALLEL_MIN_ROWS = 50_000
 
 
-def _cpu_kernels():
-    """numba.njit versions, compiled on first use (numba is the `cpu` extra).
-    Partitions and matches run in parallel threads; compiled code is cached
-    on disk so later processes skip the compile."""
-    global _compiled
-    if _compiled is None:
+def _cpu_kernels(parallel: bool = False):
+    """numba.njit versions (scan, recovery), compiled on first use (numba is
+    the `cpu` extra) and cached on disk so later processes skip the compile.
+    The parallel ones run partitions and matches on all cores."""
+    hit = _compiled.get(parallel)
+    if hit is None:
+        import os
+
         import numba
+        if parallel and "NUMBA_THREADING_LAYER" not in os.environ:
+            # OpenMP's spinning barrier costs milliseconds per launch when the
+            # cores are shared (seen on 2-core CI); the work queue does not.
+            numba.config.THREADING_LAYER = "workqueue"
         body = numba.njit(nogil=True, cache=True)
-        driver = numba.njit(nogil=True, parallel=True, cache=True)
+        driver = numba.njit(nogil=True, parallel=parallel, cache=True)
+        loop = numba.prange if parallel else range
         recover = body(recover_path)
-        _compiled = (driver(make_scan_driver(body(make_scan_partition(recover)), numba.prange)),
-                     driver(make_recover_driver(recover, numba.prange)))
-    return _compiled
+        hit = (driver(make_scan_driver(body(make_scan_partition(recover)), loop)),
+               driver(make_recover_driver(recover, loop)))
+        _compiled[parallel] = hit
+    return hit
 
 
 def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
-             skip_vars: int = 0, compiled: bool = True) -> tuple:
+             skip_vars: int = 0, compiled: bool = True, scan_from: int = -1,
+             continues: bool = False, open_end: bool = False, end_margin: int = 0) -> tuple:
     """Host driver of the scan: ``(starts, ends exclusive, partitions, errors)``.
 
     ``starts``/``ends`` are int64 arrays of every match in partition and start
     order, ``partitions`` the partition of each, ``errors`` an int64 array
-    ``(n_partitions, 2)`` of (code, index into the returned matches).
-    ``tables`` is a :class:`gpu_mr.pattern.dfa.DfaTables`; ``skip_vars`` the
-    bitmask of variables of SKIP TO FIRST/LAST.
+    ``(n_partitions, 3)`` of (code, index into the returned matches, row to
+    resume at). ``tables`` is a :class:`gpu_mr.pattern.dfa.DfaTables`;
+    ``skip_vars`` the bitmask of variables of SKIP TO FIRST/LAST.
+
+    For a stream of row batches: ``scan_from`` is where scanning starts in
+    the first partition (rows before it are look-back for PREV), which is
+    the continuation of an earlier batch's partition when ``continues``; with
+    ``open_end`` the last partition goes on in later batches: its last
+    ``end_margin`` rows (whose NEXT(...) is unknown yet) are not scanned and a
+    search still undecided at the end is left for the next batch.
     """
     n = classes.shape[0]
     n_parts = offsets.shape[0] - 1
+    offsets = offsets.astype(np.int64, copy=False)
+    scan_lo = offsets[:-1].copy()
+    scan_hi = offsets[1:].copy()
+    part_start = offsets[:-1].copy()
+    open_flags = np.zeros(n_parts, dtype=np.bool_)
+    if n_parts and scan_from >= 0:
+        scan_lo[0] = scan_from
+        if continues:
+            part_start[0] = -1
+    if n_parts and open_end:
+        open_flags[-1] = True
+        scan_hi[-1] = max(scan_lo[-1], scan_hi[-1] - end_margin)
     out_start = np.empty(n, dtype=np.int64)
     out_end = np.empty(n, dtype=np.int64)
-    counts = np.zeros(max(n_parts, 0), dtype=np.int64)
+    counts = np.zeros(n_parts, dtype=np.int64)
     seen_state = np.full(n, -1, dtype=np.int32)
     seen_search = np.zeros(n, dtype=np.int64)
     search_failed = np.zeros(n, dtype=np.bool_)
@@ -209,30 +253,32 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     scratch_states = np.empty(path_scratch, dtype=np.int32)
     scratch_labels = np.empty(path_scratch, dtype=np.int16)
     scratch_excluded = np.empty(path_scratch, dtype=np.uint8)
-    errors = np.zeros((max(n_parts, 0), 2), dtype=np.int64)
-    fn = _cpu_kernels()[0] if compiled else scan_partitions
+    errors = np.zeros((n_parts, 3), dtype=np.int64)
+    fn = (_cpu_kernels(n >= PARALLEL_MIN_ROWS and n_parts > 1)[0] if compiled
+          else scan_partitions)
     t = tables
-    fn(classes, offsets, t.trans, t.matched, t.end_accept, np.int32(t.start_first),
-       np.int32(t.start_other), np.int32(skip_mode), np.int64(skip_vars), t.parent_thread,
-       t.parent_inst, t.match_thread, t.end_thread, t.inst_var, t.inst_excluded, out_start,
-       out_end, counts, seen_state, seen_search, search_failed, scratch_states, scratch_labels,
-       scratch_excluded, errors)
-    # Compact the per-partition slot ranges into one array, in order.
+    fn(classes, scan_lo, scan_hi, part_start, open_flags, t.trans, t.matched, t.end_accept,
+       np.int32(t.start_first), np.int32(t.start_other), np.int32(skip_mode),
+       np.int64(skip_vars), t.parent_thread, t.parent_inst, t.match_thread, t.end_thread,
+       t.inst_var, t.inst_excluded, out_start, out_end, counts, seen_state, seen_search,
+       search_failed, scratch_states, scratch_labels, scratch_excluded, errors)
+    # Compact the per-partition slot ranges (from each scan's first row) in order.
     partitions = np.repeat(np.arange(n_parts, dtype=np.int64), counts)
-    first_slot = np.repeat(offsets[:-1].astype(np.int64), counts)
     base = np.zeros(n_parts + 1, dtype=np.int64)
     np.cumsum(counts, out=base[1:])
-    slots = first_slot + (np.arange(int(base[-1]), dtype=np.int64) - np.repeat(base[:-1], counts))
+    slots = (np.repeat(scan_lo, counts)
+             + (np.arange(int(base[-1]), dtype=np.int64) - np.repeat(base[:-1], counts)))
     failing = np.flatnonzero(errors[:, 0])
-    errors[failing, 1] = base[failing] + errors[failing, 1] - offsets[failing]
+    errors[failing, 1] = base[failing] + errors[failing, 1] - scan_lo[failing]
     return out_start[slots], out_end[slots], partitions, errors
 
 
 def run_recovery(classes: np.ndarray, offsets: np.ndarray, starts: np.ndarray,
-                 ends: np.ndarray, partitions: np.ndarray, tables,
-                 compiled: bool = True) -> tuple:
+                 ends: np.ndarray, partitions: np.ndarray, tables, compiled: bool = True,
+                 continues: bool = False) -> tuple:
     """Host driver of path recovery: ``(label_offsets, labels, excluded)`` for
-    the matches ``[starts, ends)`` (CSR layout of ``engines.base.MatchArrays``)."""
+    the matches ``[starts, ends)`` (CSR layout of ``engines.base.MatchArrays``).
+    ``continues``: the first partition began in an earlier batch."""
     lengths = np.maximum(ends - starts, 0)
     label_offsets = np.zeros(starts.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=label_offsets[1:])
@@ -240,11 +286,14 @@ def run_recovery(classes: np.ndarray, offsets: np.ndarray, starts: np.ndarray,
     labels = np.empty(total, dtype=np.int16)
     excluded = np.empty(total, dtype=np.uint8)
     states = np.empty(total, dtype=np.int32)
-    match_lo = offsets[partitions].astype(np.int64)
+    part_start = offsets[:-1].astype(np.int64)
+    if continues and part_start.size:
+        part_start[0] = -1
+    match_part_start = part_start[partitions]
     match_hi = offsets[partitions + 1].astype(np.int64)
-    fn = _cpu_kernels()[1] if compiled else recover_all
+    fn = _cpu_kernels(total >= PARALLEL_MIN_ROWS)[1] if compiled else recover_all
     t = tables
-    fn(classes, match_lo, match_hi, starts, ends, label_offsets, t.trans,
+    fn(classes, match_part_start, match_hi, starts, ends, label_offsets, t.trans,
        np.int32(t.start_first), np.int32(t.start_other), t.parent_thread, t.parent_inst,
        t.match_thread, t.end_thread, t.inst_var, t.inst_excluded, states, labels, excluded)
     return label_offsets, labels, excluded.astype(bool)

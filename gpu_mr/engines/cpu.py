@@ -82,6 +82,7 @@ class CpuEngine:
 
     def __init__(self):
         self.last_run = RunInfo()
+        self._plan = None        # (query, MaskSet, Dfa) of the last query: batches reuse it
 
     def supports(self, query: CheckedQuery) -> Optional[str]:
         missing = numba_missing()
@@ -99,24 +100,33 @@ class CpuEngine:
         return self.find_row_local(query, data)
 
     def find_row_local(self, query: CheckedQuery, data: SortedInput) -> MatchArrays:
-        n = data.table.num_rows
-        if n == 0:
+        if data.table.num_rows == 0:
             self.last_run = RunInfo("dfa", "no rows")
             return MatchArrays.empty()
-        results = M.compile_masks(query).evaluate_detailed(data)
+        prepared = self.prepare(query, data)
+        if isinstance(prepared, str):
+            return self._fallback(query, data, prepared)
+        return scan_to_matches(query, data, *prepared)[0]
+
+    def prepare(self, query: CheckedQuery, data: SortedInput):
+        """(dense classes, DFA tables) for the scan, or the reason the DFA
+        path cannot answer exactly on this data (the caller falls back)."""
+        n = data.table.num_rows
+        if self._plan is None or self._plan[0] is not query:
+            self._plan = (query, M.compile_masks(query),
+                          Dfa(compile_nfa(query.pattern, query.primary_vars)))
+        _, mask_set, dfa = self._plan
+        results = mask_set.evaluate_detailed(data)
         failing = [v for v, r in results.items() if r is not None and r.failed.any()]
         if failing:
-            return self._fallback(query, data, f"DEFINE {failing[0]} raises or cannot be "
-                                  f"represented exactly at some row")
-        bits = class_bits(query, results, n)
-        present, dense = _renumber(bits, len(query.primary_vars))
-        dfa = Dfa(compile_nfa(query.pattern, query.primary_vars))
+            return f"DEFINE {failing[0]} raises or cannot be represented exactly at some row"
+        present, dense = _renumber(class_bits(query, results, n), len(query.primary_vars))
         try:
             tables = dfa.dense_tables(present)
         except DfaTooLarge as exc:
-            return self._fallback(query, data, str(exc))
+            return str(exc)
         self.last_run = RunInfo("dfa", "", tables.n_states - 1, len(present))
-        return scan_to_matches(query, data, dense, tables)
+        return dense, tables
 
     def _fallback(self, query: CheckedQuery, data: SortedInput, reason: str):
         self.last_run = RunInfo("reference", reason)
@@ -155,11 +165,15 @@ def _renumber(bits: np.ndarray, n_vars: int) -> tuple:
     return present.tolist(), dense.astype(dtype, copy=False)
 
 
-def scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray,
-                    tables) -> MatchArrays:
+def scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, tables,
+                    scan_from: int = -1, continues: bool = False, open_end: bool = False,
+                    end_margin: int = 0, number_base: int = 0) -> tuple:
     """Scan the dense classes, raise a SKIP error where the reference would,
-    recover every match's path, number the matches."""
-    from ..kernels.scan import run_recovery, run_scan
+    recover every match's path, number the matches: ``(MatchArrays, row to
+    resume at in the last partition)``. The stream arguments are those of
+    ``kernels.scan.run_scan``; ``number_base`` is the count of matches an
+    earlier batch already gave the first partition."""
+    from ..kernels.scan import ERR_SKIP_NO_ROW, run_recovery, run_scan
     offsets = data.partition_offsets.astype(np.int64, copy=False)
     skip = query.skip
     skip_vars = 0
@@ -167,19 +181,23 @@ def scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray,
         ids = {name: i for i, name in enumerate(query.primary_vars)}
         for name in query.subsets.get(skip.var, (skip.var,)):
             skip_vars |= 1 << ids[name]
-    starts, ends, partitions, errors = run_scan(dense, offsets, tables, _SKIP_MODES[skip.kind],
-                                                skip_vars)
+    starts, ends, partitions, errors = run_scan(
+        dense, offsets, tables, _SKIP_MODES[skip.kind], skip_vars, scan_from=scan_from,
+        continues=continues, open_end=open_end, end_margin=end_margin)
     counts = np.bincount(partitions, minlength=len(offsets) - 1)
     first_of_partition = np.zeros(len(offsets), dtype=np.int64)
     np.cumsum(counts, out=first_of_partition[1:])
     numbers = np.arange(starts.shape[0], dtype=np.int64) - first_of_partition[partitions] + 1
+    if number_base:
+        numbers[partitions == 0] += number_base
     failing = np.flatnonzero(errors[:, 0])
     if failing.size:
         p = int(failing[0])
         i = int(errors[p, 1])
-        from ..kernels.scan import ERR_SKIP_NO_ROW
         raise skip_error(skip, int(errors[p, 0]) == ERR_SKIP_NO_ROW, int(numbers[i]),
                          int(starts[i]), int(ends[i]) - 1, int(offsets[p]), p)
     label_offsets, labels, excluded = run_recovery(dense, offsets, starts, ends, partitions,
-                                                   tables)
-    return MatchArrays(partitions, numbers, starts, ends - 1, label_offsets, labels, excluded)
+                                                   tables, continues=continues)
+    resume = int(errors[-1, 2]) if len(errors) else 0
+    return (MatchArrays(partitions, numbers, starts, ends - 1, label_offsets, labels, excluded),
+            resume)

@@ -1,0 +1,217 @@
+"""MATCH_RECOGNIZE over a stream of record batches, partitions spanning batches.
+
+What: ``match_recognize_batches(batches, clause)`` takes Arrow record batches
+already sorted by (PARTITION BY keys, ORDER BY keys) -- a Parquet file of
+years of ticks, Spark's Arrow batches -- and yields the output in pieces, as
+soon as each match is decided. A partition may span any number of batches.
+
+How: each step matches over ``carry + batch``. Partitions that end inside
+that table are complete and handled whole. The last one may go on in the
+next batch, so the CPU engine scans it with an open end: matches decided
+before the end are emitted, the first search still undecided at the end
+(its DFA alive) is left for the next step, and the rows from that search's
+start -- plus the few rows PREV needs behind it -- are carried over, with
+the partition's match count. The last rows of a batch, whose NEXT(...)
+lies in the next batch, are not scanned until it arrives.
+Queries the DFA path cannot run (DEFINEs that read the match so far, the
+proposal's matching modes, a DEFINE that raises on this data, ...) and
+WITH UNMATCHED ROWS are handled one complete partition at a time: memory then
+grows with the largest partition, not with the stream.
+
+Memory: for the DFA path, the carry is the open match plus a few rows, so
+peak memory is one batch plus the longest match, however long a partition
+is. A match that never closes (a pattern still alive at a partition's last
+row) is carried until the partition ends, as it must be: whether it matches
+depends on rows not read yet.
+Cost: every row is scanned once, plus the rows of a match still open at a
+batch boundary, which are scanned again with the next batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Optional
+
+import pyarrow as pa
+
+from . import engines, frames
+from .analysis import CheckedQuery, analyze
+from .errors import DataError, GpuMrError
+from .measures import assemble
+from .syntax import ast as A
+from .syntax import parse_clause
+
+
+def match_recognize_batches(batches, clause: str, engine: str = "auto") -> Iterator[pa.Table]:
+    """Run a clause over sorted record batches; yield the output in pieces.
+
+    Parameters
+    ----------
+    batches : pyarrow.RecordBatchReader, pyarrow.Table, or iterable of
+        pyarrow.RecordBatch / pyarrow.Table
+        Rows sorted by the clause's PARTITION BY keys, then its ORDER BY
+        keys, all with one schema. A partition may span many batches.
+    clause : str
+        The clause body, as for :func:`gpu_mr.match_recognize`.
+    engine : {"auto", "cpu", "reference"}
+        The engine for each piece; ``auto`` picks as ``match_recognize`` does.
+
+    Yields
+    ------
+    pyarrow.Table
+        Consecutive pieces of the result; concatenated, they equal
+        ``gpu_mr.match_recognize`` over all the rows.
+
+    Raises
+    ------
+    DataError
+        When the batches are not sorted by the partition and order keys.
+
+    Examples
+    --------
+    >>> import pyarrow as pa, gpu_mr
+    >>> t = pa.table({"ts": list(range(8)), "p": [5., 4., 3., 6., 7., 2., 1., 9.]})
+    >>> pieces = gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=3), '''
+    ...     ORDER BY ts MEASURES FIRST(A.ts) AS s, LAST(C.ts) AS e
+    ...     PATTERN (A B+ C+) DEFINE B AS p < PREV(p), C AS p > PREV(p)''')
+    >>> pa.concat_tables(pieces).to_pylist()
+    [{'s': 0, 'e': 4}, {'s': 4, 'e': 7}]
+    """
+    if not isinstance(clause, str):
+        raise GpuMrError(f"the clause must be a string of SQL, not {type(clause).__name__}",
+                         code="bad_argument")
+    stream = _batches(batches)
+    first = next(stream, None)
+    if first is None:
+        return
+    parsed = parse_clause(clause)
+    query = analyze(parsed, first.schema)
+    chosen = engines.choose(query, engine)
+    runner = _StreamRunner(query, chosen)
+    for table in _chain(first, stream):
+        if table.schema != first.schema:
+            raise DataError("every batch must have the schema of the first: "
+                            f"{table.schema} differs from {first.schema}", code="bad_batch")
+        yield from runner.feed(table)
+    yield from runner.finish()
+
+
+def _batches(source) -> Iterator[pa.Table]:
+    if isinstance(source, pa.Table):
+        source = source.to_batches()
+    elif isinstance(source, pa.RecordBatchReader):
+        source = iter(source)
+    elif isinstance(source, (str, bytes)) or not isinstance(source, Iterable):
+        raise GpuMrError("batches must be a pyarrow RecordBatchReader, Table, or an iterable "
+                         f"of RecordBatches, not {type(source).__name__}", code="bad_argument")
+    for item in source:
+        if isinstance(item, pa.RecordBatch):
+            item = pa.Table.from_batches([item])
+        elif not isinstance(item, pa.Table):
+            raise GpuMrError(f"batches must hold pyarrow RecordBatches or Tables, found "
+                             f"{type(item).__name__}", code="bad_argument")
+        if item.num_rows:
+            yield item
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
+
+
+def physical_reach(query: CheckedQuery) -> tuple:
+    """(rows PREV can look back, rows NEXT can look ahead) from any row,
+    over DEFINE and MEASURES: the sum of the offsets along each nesting."""
+    def reach(e: A.Expr, kind: str) -> int:
+        own = 0
+        if isinstance(e, A.Navigation) and e.kind == kind:
+            own = e.offset.value if e.offset is not None else 1
+        return own + max((reach(c, kind) for c in e.children()), default=0)
+    exprs = list(query.defines.values()) + [m.expr for m in query.measures]
+    return (max((reach(e, "PREV") for e in exprs), default=0),
+            max((reach(e, "NEXT") for e in exprs), default=0))
+
+
+@dataclass
+class _Carry:
+    table: pa.Table          # rows of the unfinished last partition kept for the next step
+    scan_from: int = 0       # where scanning resumes in it (rows before: look-back)
+    continues: bool = False  # its first row is not the partition's first row
+    number_base: int = 0     # matches already emitted for this partition
+
+
+class _StreamRunner:
+    def __init__(self, query: CheckedQuery, engine):
+        self.query = query
+        self.engine = engine
+        self.carry: Optional[_Carry] = None
+        self.look_back, self.look_ahead = physical_reach(query)
+        from .engines.cpu import unsupported_reason
+        self.dfa_path = (engine.name == "cpu" and unsupported_reason(query) is None
+                         and query.empty_matches != "UNMATCHED")
+
+    def _sorted(self, table: pa.Table):
+        q = self.query
+        data = frames.sort_for_matching(table, q.partition_columns, q.order_keys)
+        if not data.was_sorted:
+            keys = ", ".join(list(q.partition_columns) + [k[0] for k in q.order_keys])
+            raise DataError(f"the batches must arrive sorted by ({keys}): rows out of order "
+                            f"at or before this batch", code="unsorted_batches")
+        return data
+
+    def feed(self, batch: pa.Table) -> Iterator[pa.Table]:
+        work = batch if self.carry is None else pa.concat_tables([self.carry.table, batch])
+        yield from self._step(work, final=False)
+
+    def finish(self) -> Iterator[pa.Table]:
+        if self.carry is not None:
+            yield from self._step(self.carry.table, final=True)
+            self.carry = None
+
+    def _step(self, work: pa.Table, final: bool) -> Iterator[pa.Table]:
+        data = self._sorted(work.combine_chunks())
+        offsets = data.partition_offsets
+        if self.dfa_path:
+            out = self._dfa_step(data, final)
+        else:
+            out = self._whole_partitions_step(data, final)
+        if out is not None and out.num_rows:
+            yield out
+
+    def _whole_partitions_step(self, data, final: bool) -> Optional[pa.Table]:
+        offsets = data.partition_offsets
+        done = len(offsets) - 1 if final else len(offsets) - 2
+        cut = int(offsets[done])
+        self.carry = None if final else _Carry(data.table.slice(cut))
+        if done <= 0:
+            return None
+        complete = frames.SortedInput(data.table.slice(0, cut), offsets[:done + 1],
+                                      data.source_rows[:cut], True)
+        return assemble(self.query, complete, self.engine.find_matches(self.query, complete))
+
+    def _dfa_step(self, data, final: bool) -> Optional[pa.Table]:
+        from .engines.cpu import scan_to_matches
+        carry = self.carry or _Carry(None)
+        prepared = self.engine.prepare(self.query, data)
+        if isinstance(prepared, str):
+            # This data needs the reference matcher: from here on, whole partitions.
+            self.dfa_path = False
+            if carry.continues:
+                raise GpuMrError(f"cannot finish a partition that spans batches: {prepared}; "
+                                 f"run gpu_mr.match_recognize on it whole",
+                                 code="stream_fallback")
+            return self._whole_partitions_step(data, final)
+        matches, resume = scan_to_matches(
+            self.query, data, *prepared, scan_from=carry.scan_from, continues=carry.continues,
+            open_end=not final, end_margin=self.look_ahead, number_base=carry.number_base)
+        offsets = data.partition_offsets
+        if not final:
+            last = len(offsets) - 2
+            lo = int(offsets[last])
+            keep_from = max(lo, resume - self.look_back)
+            continues = keep_from > lo or (last == 0 and carry.continues)
+            in_last = int((matches.partition == last).sum())
+            base = carry.number_base if last == 0 else 0
+            self.carry = _Carry(data.table.slice(keep_from), resume - keep_from, continues,
+                                base + in_last)
+        return assemble(self.query, data, matches)

@@ -1,0 +1,112 @@
+"""match_recognize_batches: record batches in, pieces out, partitions spanning
+batches. Concatenated pieces must equal match_recognize over all the rows,
+whatever the batch boundaries."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("numba", reason="the cpu extra (numba) is not installed")
+
+import gpu_mr  # noqa: E402
+from gpu_mr.errors import DataError, GpuMrError  # noqa: E402
+from gpu_mr.streaming import physical_reach  # noqa: E402
+
+from test_cpu_engine import row_local_clauses  # noqa: E402
+
+FULL = os.environ.get("GPU_MR_FULL_TESTS") == "1"
+
+
+def split(table: pa.Table, cuts: list) -> list:
+    bounds = sorted({0, table.num_rows} | {min(c, table.num_rows) for c in cuts})
+    return [table.slice(a, b - a) for a, b in zip(bounds, bounds[1:])]
+
+
+def streamed(table, clause, cuts, engine="auto"):
+    pieces = list(gpu_mr.match_recognize_batches(split(table, cuts), clause, engine=engine))
+    return pa.concat_tables(pieces) if pieces else None
+
+
+@st.composite
+def sorted_tables(draw):
+    n = draw(st.integers(1, 40))
+    small = st.one_of(st.none(), st.integers(0, 3)) if draw(st.booleans()) else st.integers(0, 3)
+    p = sorted(draw(st.integers(0, 2)) for _ in range(n))
+    return pa.table({
+        "p": pa.array(p, pa.int64()),
+        "ts": pa.array(list(range(n)), pa.int64()),
+        "a": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),
+        "b": pa.array([draw(small) for _ in range(n)], pa.int64()),
+        "c": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),
+    })
+
+
+MEASURES = ("MEASURES COUNT(*) AS n, MATCH_NUMBER() AS mno, FIRST(ts) AS s, LAST(ts) AS e, "
+            "CLASSIFIER() AS cls, PREV(FIRST(a), 2) AS before, NEXT(LAST(c), 1) AS after")
+
+
+@settings(max_examples=1500 if FULL else 150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(row_local_clauses(), sorted_tables(), st.lists(st.integers(0, 40), max_size=6),
+       st.sampled_from(["ONE ROW PER MATCH", "ALL ROWS PER MATCH",
+                        "ALL ROWS PER MATCH OMIT EMPTY MATCHES"]))
+def test_pieces_equal_the_whole(clause, table, cuts, rows):
+    clause = clause.replace("MEASURES COUNT(*) AS n", f"{MEASURES} {rows}")
+    try:
+        want = gpu_mr.match_recognize(table, clause, engine="reference")
+    except GpuMrError as exc:
+        with pytest.raises(type(exc)):
+            streamed(table, clause, cuts)
+        return
+    got = streamed(table, clause, cuts)
+    if got is None:
+        assert want.num_rows == 0
+    else:
+        assert got.equals(want), f"\n{clause}\n{cuts}\n{got.to_pylist()}\n{want.to_pylist()}"
+
+
+def test_a_long_partition_in_many_batches():
+    rng = np.random.default_rng(3)
+    n = 200_000
+    t = pa.table({"sym": np.repeat(["A", "B"], n // 2), "ts": np.arange(n),
+                  "price": np.round(100 + np.cumsum(rng.normal(size=n)), 2)})
+    clause = """PARTITION BY sym ORDER BY ts
+        MEASURES FIRST(A.ts) AS s, LAST(C.ts) AS e, MATCH_NUMBER() AS mno, LAST(B.price) AS low
+        PATTERN (A B+ C+) DEFINE B AS price < PREV(price), C AS price > PREV(price)"""
+    want = gpu_mr.match_recognize(t, clause, engine="cpu")
+    pieces = list(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=7_777), clause))
+    assert len(pieces) > 10
+    assert pa.concat_tables(pieces).equals(want)
+
+
+def test_state_dependent_queries_stream_whole_partitions():
+    t = pa.table({"p": [1, 1, 1, 2, 2, 2], "ts": [1, 2, 3, 1, 2, 3], "x": [1, 2, 3, 3, 2, 5]})
+    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
+              "DEFINE B AS x > A.x")
+    got = pa.concat_tables(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=2), clause))
+    assert got.equals(gpu_mr.match_recognize(t, clause))
+
+
+def test_unsorted_batches_are_a_data_error():
+    t = pa.table({"p": [2, 1], "ts": [1, 2], "x": [1, 2]})
+    with pytest.raises(DataError, match="sorted by"):
+        list(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=1),
+                                            "PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n "
+                                            "PATTERN (A) DEFINE A AS x > 0"))
+
+
+def test_bad_batches_argument():
+    with pytest.raises(GpuMrError, match="RecordBatch"):
+        list(gpu_mr.match_recognize_batches("ticks.parquet", "PATTERN (A) DEFINE A AS x > 0"))
+
+
+def test_physical_reach():
+    q = gpu_mr.compile("ORDER BY ts MEASURES PREV(FIRST(a), 2) AS x, NEXT(a, 3) AS y "
+                       "PATTERN (A) DEFINE A AS a > PREV(a)").query
+    assert physical_reach(q) == (2, 3)
