@@ -19,10 +19,13 @@ Modes:
 
 * ``in-memory``: the whole table is built first; growth is beyond the input
   columns, which are already resident.
-* ``stream``: the input is fed batch by batch to gpu_mr's streaming API, never
-  materialised whole; the growth is compared with what the whole input would
-  take. gpu_mr has no streaming API yet; the check then reports ``skipped``
-  and names the entry points it looked for (``STREAM_APIS``).
+* ``stream``: the table is first written to a temporary Parquet file (in
+  ``(symbol, ts)`` order, bounded memory); then, after the baseline, it is
+  read back ``--batch-rows`` rows at a time and fed to gpu_mr's streaming API
+  (``gpu_mr.match_recognize_batches``), never materialised whole. The growth
+  is compared with what the whole input would take in memory. Without a
+  streaming API the check reports ``skipped`` and names the entry points it
+  looked for (``STREAM_APIS``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ import gc
 import json
 import os
 import resource
+import shutil
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -89,6 +94,8 @@ def main(argv=None) -> int:
     ap.add_argument("--query", default="v_shape")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--engine", default="cpu")
+    ap.add_argument("--batch-rows", type=lambda s: int(float(s)), default=1 << 20,
+                    help="rows per batch read from Parquet in stream mode")
     args = ap.parse_args(argv)
 
     import gpu_mr
@@ -120,12 +127,18 @@ def main(argv=None) -> int:
         print(json.dumps(report))
         return 0
 
+    tmpdir = None
     if api is None:
         table = ticks.generate(args.rows, 1, seed=args.seed)
         input_bytes = table.nbytes
     else:
         table = None
         input_bytes = int(small.nbytes / small.num_rows * args.rows)  # if it were resident
+        tmpdir = tempfile.mkdtemp(prefix="gpu_mr_memcheck_")
+        path = os.path.join(tmpdir, "ticks.parquet")
+        ticks.write_parquet(path, args.rows, 1, seed=args.seed)
+        report["parquet_bytes"] = os.path.getsize(path)
+        report["batch_rows"] = args.batch_rows
     del small
     gc.collect()
     baseline = _status_kb("VmRSS")
@@ -139,9 +152,13 @@ def main(argv=None) -> int:
     if api is None:
         out_rows = gpu_mr.match_recognize(table, query.text, engine=args.engine).num_rows
     else:
-        for part in api(ticks.iter_batches(args.rows, 1, seed=args.seed), query.text,
-                        engine=args.engine):
-            out_rows += part.num_rows
+        import pyarrow.parquet as pq
+        try:
+            source = pq.ParquetFile(path).iter_batches(batch_size=args.batch_rows)
+            for part in api(source, query.text, engine=args.engine):
+                out_rows += part.num_rows
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
     seconds = time.perf_counter() - t0
     peak = _status_kb("VmHWM") if method.startswith("VmHWM") else _maxrss_bytes()
     growth = max(0, peak - baseline)
