@@ -103,3 +103,7 @@ def test_runner_tiny(tmp_path):
         else:
             assert "unsupported: " in proc.stdout
     assert "identical: no" not in proc.stdout
+
+    markdown = _run(BENCH / "report.py", out).stdout
+    assert markdown.startswith("Command: `python benchmarks/run.py ")
+    assert markdown.count("| 3,000 |") == 6
