@@ -12,10 +12,13 @@ The specification of the scan is ``gpu_mr.pattern.dfa.match_spans``.
 
 Dead-state memo: a search that finds no match proves that every (DFA state,
 row) it passed through leads to no match (row-local DEFINEs: the future
-depends only on the state and the rows ahead). Later searches of the
-partition that reach such a pair stop at once. This is the reference engine's
-dead-thread memo at DFA granularity, and it keeps shapes like ``A+ B`` over a
-long run of A rows linear instead of quadratic.
+depends only on the state and the rows ahead). After a failed search longer
+than MEMO_MIN_ROWS the scan walks it again and records those pairs; later
+searches of the partition that reach one stop at once. This is the reference
+engine's dead-thread memo at DFA granularity, and it keeps shapes like
+``A+ B`` over a long run of A rows linear instead of quadratic; short failed
+searches (the usual kind) cost nothing extra, and the memo array is only
+read below the last row recorded.
 
 Path recovery: re-walk the match's rows to get the DFA state before each row,
 then follow the lineage tables backwards from the thread that reached MATCH:
@@ -43,6 +46,10 @@ SKIP_TO_LAST = 3
 ERR_NONE = 0
 ERR_SKIP_NO_ROW = 1          # SKIP TO FIRST/LAST v, but no row of the match is v
 ERR_SKIP_TO_FIRST_ROW = 2    # SKIP TO ... lands on the match's first row: endless loop
+
+# A failed search at least this long is recorded in the dead-state memo:
+# rescanning shorter ones costs less than recording them.
+MEMO_MIN_ROWS = 16
 
 
 def recover_path(classes, s, e, part_start, hi, trans, start_first, start_other, parent_thread,
@@ -77,8 +84,8 @@ def make_scan_partition(recover_one):
     def scan_partition(classes, lo, hi, part_start, open_end, trans, matched, end_accept,
                        start_first, start_other, skip_mode, skip_vars, parent_thread,
                        parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
-                       out_end, seen_state, seen_search, search_failed, scratch_states,
-                       scratch_labels, scratch_excluded, err):
+                       out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
+                       err):
         """Scan rows ``lo .. hi-1`` of one partition; write its matches at
         slots ``lo, lo+1, ...`` of ``out_start`` / ``out_end``; return how
         many. ``part_start``: the partition's first row, or -1 when it lies
@@ -87,12 +94,12 @@ def make_scan_partition(recover_one):
         reaches ``hi`` undecided stops the scan, and ``err[2]`` is the row to
         resume at later (else ``hi``). ``err[0:2]`` = (code, slot of the
         failing match) when AFTER MATCH SKIP TO a variable cannot resume.
-        ``seen_state`` / ``seen_search`` / ``search_failed`` are the dead-state
-        memo (per row: the state and start row of the last search there, and per
-        start row whether its search failed), ``scratch_*`` room for one match's
+        ``dead_state[r]`` is the dead-state memo (1 + a state from which no
+        match follows at row r; 0 none), ``scratch_*`` room for one match's
         path (SKIP TO a variable only); all are indexed by absolute row."""
         n_out = 0
         pos = lo
+        memo_end = lo - 1               # dead_state holds nothing at or beyond this + 1
         err[2] = hi
         while pos < hi:
             state = start_first if pos == part_start else start_other
@@ -106,10 +113,8 @@ def make_scan_partition(recover_one):
                     if end_accept[state]:
                         best = hi
                     break
-                if seen_state[q] == state and search_failed[seen_search[q]]:
+                if q <= memo_end and dead_state[q] == state + 1:
                     break                       # a failed search passed here: no match ahead
-                seen_state[q] = state
-                seen_search[q] = pos
                 c = classes[q]
                 if matched[state, c]:
                     best = q
@@ -118,7 +123,13 @@ def make_scan_partition(recover_one):
                     break
                 q += 1
             if best < 0:
-                search_failed[pos] = True
+                if q - pos >= MEMO_MIN_ROWS:    # record the dead pairs of this search
+                    state = start_first if pos == part_start else start_other
+                    for r in range(pos, q):
+                        dead_state[r] = state + 1
+                        state = trans[state, classes[r]]
+                    if q - 1 > memo_end:
+                        memo_end = q - 1
                 pos += 1
                 continue
             slot = lo + n_out
@@ -153,16 +164,15 @@ def make_scan_driver(scan_one, prange):
     def scan_partitions(classes, scan_lo, scan_hi, part_start, open_end, trans, matched,
                         end_accept, start_first, start_other, skip_mode, skip_vars,
                         parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                        inst_excluded, out_start, out_end, counts, seen_state, seen_search,
-                        search_failed, scratch_states, scratch_labels, scratch_excluded, errors):
+                        inst_excluded, out_start, out_end, counts, dead_state, scratch_states,
+                        scratch_labels, scratch_excluded, errors):
         for p in prange(scan_lo.shape[0]):
             counts[p] = scan_one(classes, scan_lo[p], scan_hi[p], part_start[p], open_end[p],
                                  trans, matched, end_accept, start_first, start_other,
                                  skip_mode, skip_vars,
                                  parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                                 inst_excluded, out_start, out_end, seen_state, seen_search,
-                                 search_failed, scratch_states, scratch_labels,
-                                 scratch_excluded, errors[p])
+                                 inst_excluded, out_start, out_end, dead_state, scratch_states,
+                                 scratch_labels, scratch_excluded, errors[p])
     return scan_partitions
 
 
@@ -246,9 +256,7 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     out_start = np.empty(n, dtype=np.int64)
     out_end = np.empty(n, dtype=np.int64)
     counts = np.zeros(n_parts, dtype=np.int64)
-    seen_state = np.full(n, -1, dtype=np.int32)
-    seen_search = np.zeros(n, dtype=np.int64)
-    search_failed = np.zeros(n, dtype=np.bool_)
+    dead_state = np.zeros(n, dtype=np.int32)   # calloc: pages cost only where written
     path_scratch = n if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST) else 0
     scratch_states = np.empty(path_scratch, dtype=np.int32)
     scratch_labels = np.empty(path_scratch, dtype=np.int16)
@@ -260,8 +268,8 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     fn(classes, scan_lo, scan_hi, part_start, open_flags, t.trans, t.matched, t.end_accept,
        np.int32(t.start_first), np.int32(t.start_other), np.int32(skip_mode),
        np.int64(skip_vars), t.parent_thread, t.parent_inst, t.match_thread, t.end_thread,
-       t.inst_var, t.inst_excluded, out_start, out_end, counts, seen_state, seen_search,
-       search_failed, scratch_states, scratch_labels, scratch_excluded, errors)
+       t.inst_var, t.inst_excluded, out_start, out_end, counts, dead_state, scratch_states,
+       scratch_labels, scratch_excluded, errors)
     # Compact the per-partition slot ranges (from each scan's first row) in order.
     partitions = np.repeat(np.arange(n_parts, dtype=np.int64), counts)
     base = np.zeros(n_parts + 1, dtype=np.int64)
