@@ -46,6 +46,8 @@ from .engines.base import MatchArrays, as_match_arrays
 from .errors import DataError
 from .frames import SortedInput
 from .interpreter import INT64_MAX, INT64_MIN, Interpreter, MatchView, _nav_var
+from .kernels.segmented import (Segments, find_members, segmented_arg_extreme, segmented_count,
+                                segmented_sum)
 from .syntax import ast as A
 from .syntax import types as T
 
@@ -305,13 +307,17 @@ class _Vectors:
 
     Per output row ``o`` with match ``i``: ``first``/``stop`` bound the
     match's elements, ``delta`` maps an element to its row (row = element +
-    delta), ``running``/``final`` are the elements of the running and final
-    ends (``first - 1``: no row yet).
+    delta), ``running`` is the element of the running end (``first - 1``: no
+    row yet). Where the running end is the match's end (ONE ROW, or FINAL)
+    everything is computed once per match ("final"), FIRST/LAST by walking
+    from the match's start or end; RUNNING in ALL ROWS is computed per
+    element (counts, sums, extremes so far) or from prefix counts (LAST).
     """
 
     def __init__(self, query: CheckedQuery, data: SortedInput, ma: MatchArrays,
                  rows: OutputRows):
         self.q, self.data, self.ma = query, data, ma
+        self.one_row = query.rows_per_match == "ONE"
         self.n = rows.source.shape[0]
         self.has = rows.match >= 0
         mi = np.where(self.has, rows.match, 0)
@@ -321,14 +327,12 @@ class _Vectors:
         self.delta = ma.start[mi] - self.first
         self.current = rows.current
         self.running = rows.running
-        self.final = self.stop - 1
         ids = {name: i for i, name in enumerate(query.primary_vars)}
         self.var_ids = {name: (i,) for name, i in ids.items()}
         for name, members in query.subsets.items():
             self.var_ids[name] = tuple(sorted(ids[x] for x in members))
-        self._cum: dict = {}
+        self._cache: dict = {}
         self._columns: dict = {}
-        self._elem_row = None
         self._part = None
 
     # -------------------------------------------------------- entry point
@@ -351,12 +355,12 @@ class _Vectors:
             return self._gather(e, self._last_row(e.var))
         if isinstance(e, A.Navigation):
             inner = e.arg.arg if isinstance(e.arg, A.Navigation) else e.arg
+            if not isinstance(inner, (A.ColumnRef, A.Classifier)):
+                raise _Fallback
             rows = self._navigate(e)
             if isinstance(inner, A.ColumnRef):
                 return self._gather(inner, rows)
-            if isinstance(inner, A.Classifier):
-                return self._label_at(rows)
-            raise _Fallback
+            return self._label_at(rows)
         if isinstance(e, A.Aggregate):
             return self._aggregate(e)
         raise _Fallback
@@ -365,35 +369,57 @@ class _Vectors:
     def _ids(self, var: Optional[str]):
         return None if var is None else self.var_ids[var]
 
-    def _cumulative(self, ids) -> tuple:
-        """(prefix counts of the elements mapped to ``ids``, their positions)."""
-        got = self._cum.get(ids)
-        if got is None:
-            lut = np.zeros(max(len(self.q.primary_vars), 1), dtype=bool)
+    def _member(self, ids) -> np.ndarray:
+        """Per variable id, whether it is one of ``ids`` (None: all)."""
+        lut = np.zeros(max(len(self.q.primary_vars), 1), dtype=bool)
+        if ids is None:
+            lut[:] = True
+        else:
             lut[list(ids)] = True
-            member = lut[self.ma.labels]
-            pos = np.flatnonzero(member)
-            got = self._cum[ids] = (_exclusive_cumsum(member), np.append(pos, -1))
+        return lut
+
+    def _final(self, semantics: Optional[str]) -> bool:
+        return self.one_row or semantics == "FINAL"
+
+    def _per_match_landing(self, ids, kind: str, k: int) -> np.ndarray:
+        """Per match, the element FIRST/LAST(.., k) lands on over the whole
+        match, -1 for none."""
+        key = ("land", ids, kind, k)
+        got = self._cache.get(key)
+        if got is None:
+            ma = self.ma
+            first, last = ma.label_offsets[:-1], ma.label_offsets[1:] - 1
+            if ids is None:
+                got = np.where(last + 1 - first > k, first + k if kind == "FIRST" else last - k, -1)
+            else:
+                got = find_members(self._member(ids), ma.labels, first, last, k, kind == "LAST")
+            self._cache[key] = got
         return got
 
-    def _count(self, ids, upto: np.ndarray) -> np.ndarray:
-        """Rows of the match mapped to ``ids`` (None: all) up to element ``upto``."""
-        if ids is None:
-            return upto + 1 - self.first
-        cum, _ = self._cumulative(ids)
-        return cum[upto + 1] - cum[self.first]
+    def _cumulative(self, ids) -> tuple:
+        """(prefix counts of the elements mapped to ``ids``, their positions
+        followed by a -1 sentinel)."""
+        key = ("cum", ids)
+        got = self._cache.get(key)
+        if got is None:
+            member = self._member(ids)[self.ma.labels]
+            got = self._cache[key] = (_exclusive_cumsum(member),
+                                      np.append(np.flatnonzero(member), -1))
+        return got
 
-    def _logical(self, ids, kind: str, k: int, upto: np.ndarray) -> np.ndarray:
-        """The element FIRST/LAST(.., k) lands on, -1 for none."""
-        count = self._count(ids, upto)
-        ok = self.has & (count > k)
-        if ids is None:
-            el = self.first + k if kind == "FIRST" else upto - k
-        else:
+    def _landing(self, ids, kind: str, k: int, final: bool) -> np.ndarray:
+        """The element FIRST/LAST(.., k) lands on per output row, -1 for none."""
+        if final or kind == "FIRST":
+            el = self._per_match_landing(ids, kind, k)[self.mi]
+            if not final:                           # the k-th first row, if seen yet
+                el = np.where(el <= self.running, el, -1)
+        elif ids is None:
+            el = np.where(self.running - k >= self.first, self.running - k, -1)
+        else:                                       # LAST up to the running end
             cum, pos = self._cumulative(ids)
-            idx = cum[self.first] + k if kind == "FIRST" else cum[upto + 1] - 1 - k
-            el = pos[np.where(ok, idx, -1)]
-        return np.where(ok, el, -1)
+            idx = cum[self.running + 1] - 1 - k
+            el = pos[np.where(idx >= cum[self.first], idx, -1)]
+        return np.where(self.has, el, -1)
 
     def _to_row(self, el: np.ndarray) -> np.ndarray:
         return np.where(el >= 0, el + self.delta, -1)
@@ -403,7 +429,7 @@ class _Vectors:
         variable, else the last row mapped to ``var`` up to the running end."""
         if var is None:
             return np.where(self.has, self.current, -1)
-        return self._to_row(self._logical(self._ids(var), "LAST", 0, self.running))
+        return self._to_row(self._landing(self._ids(var), "LAST", 0, self.one_row))
 
     def _bounds(self) -> tuple:
         if self._part is None:
@@ -416,8 +442,8 @@ class _Vectors:
         """The row each output row's navigation lands on, -1 for none."""
         k = int(e.offset.value)
         if e.kind in ("FIRST", "LAST"):
-            upto = self.final if e.semantics == "FINAL" else self.running
-            return self._to_row(self._logical(self._ids(_nav_var(e.arg)), e.kind, k, upto))
+            return self._to_row(self._landing(self._ids(_nav_var(e.arg)), e.kind, k,
+                                              self._final(e.semantics)))
         if isinstance(e.arg, A.Navigation):
             base = self._navigate(e.arg)
         else:
@@ -439,10 +465,10 @@ class _Vectors:
         """CLASSIFIER at ``rows``: the label if the row is in the match."""
         el = rows - self.delta
         ok = (rows >= 0) & (el >= self.first) & (el < self.stop)
-        labels = self.ma.labels[np.where(ok, el, 0)] if self.ma.labels.shape[0] else \
-            np.zeros(self.n, dtype=np.int16)
+        labels = np.append(self.ma.labels, 0)[np.where(ok, el, -1)]
         names = pa.array(list(self.q.primary_vars), pa.string())
-        return names.take(pa.array(labels.astype(np.int32), pa.int32(), mask=~ok))
+        return names.take(pa.array(labels.astype(np.int32), pa.int32(),
+                                   mask=None if ok.all() else ~ok))
 
     def _column(self, name: str) -> pa.Array:
         col = self._columns.get(name)
@@ -459,53 +485,75 @@ class _Vectors:
         if not _gatherable(col.type):
             raise _Fallback
         mask = rows < 0
-        out = col.take(pa.array(np.where(mask, 0, rows), pa.int64(),
-                                mask=mask if mask.any() else None))
+        if mask.any():
+            idx = pa.array(np.where(mask, 0, rows), pa.int64(), mask=mask)
+        else:
+            idx = pa.array(rows, pa.int64())
+        out = col.take(idx)
         target = ref.type.arrow()
         return out if out.type == target else out.cast(target)
 
     def _numbers(self, ref: A.ColumnRef, keys: bool) -> tuple:
-        """(values per row as int64 or float64 numpy, valid per row); with
-        ``keys``, order-preserving keys for MIN/MAX of any orderable type."""
+        """(values per row as int64 or float64 numpy, valid per row or None
+        when no NULL); with ``keys``, order-preserving keys for MIN/MAX of any
+        orderable type."""
+        key = ("numbers", ref.resolved, keys)
+        got = self._cache.get(key)
+        if got is not None:
+            return got
         col = self._column(ref.resolved)
         t = col.type
-        valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        if pa.types.is_integer(t):
-            values = col.cast(pa.int64()).fill_null(0).to_numpy()
+        valid = None
+        if col.null_count:
+            valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        if pa.types.is_integer(t) or t == pa.bool_():
+            kind = pa.int64()
         elif t in (pa.float32(), pa.float64()):
-            values = col.cast(pa.float64()).fill_null(0.0).to_numpy()
-            if np.isnan(values[valid]).any():
-                raise _Fallback
+            kind = pa.float64()
         elif not keys:
             raise _Fallback
-        elif t == pa.bool_():
-            values = col.cast(pa.int64()).fill_null(0).to_numpy()
-        elif t == pa.date32() or pa.types.is_timestamp(t) or pa.types.is_duration(t):
-            values = col.view(pa.int32() if t == pa.date32() else pa.int64()) \
-                .cast(pa.int64()).fill_null(0).to_numpy()
+        elif t == pa.date32():
+            col, kind = col.view(pa.int32()), pa.int64()
+        elif pa.types.is_timestamp(t) or pa.types.is_duration(t):
+            col, kind = col.view(pa.int64()), pa.int64()
         elif t in (pa.string(), pa.large_string()):
             # UTF-8 byte order is code point order, which is Python's str order
-            values = pc.rank(col, sort_keys="ascending", tiebreaker="dense").cast(
-                pa.int64()).to_numpy()
+            col, kind = pc.rank(col, sort_keys="ascending", tiebreaker="dense"), pa.int64()
         else:
             raise _Fallback
-        return np.ascontiguousarray(values), valid
+        if col.type != kind:
+            col = col.cast(kind)
+        if col.null_count:
+            col = col.fill_null(0)
+        values = np.ascontiguousarray(col.to_numpy(zero_copy_only=False))
+        if kind == pa.float64():
+            nan = np.isnan(values)
+            if (nan.any() if valid is None else (nan & valid).any()):
+                raise _Fallback
+        got = self._cache[key] = (values, valid)
+        return got
 
-    def _elements(self) -> np.ndarray:
-        """The row of every element."""
-        if self._elem_row is None:
-            ma = self.ma
-            lengths = np.diff(ma.label_offsets)
-            self._elem_row = np.arange(ma.labels.shape[0], dtype=np.int64) + np.repeat(
-                ma.start - ma.label_offsets[:-1], lengths)
-        return self._elem_row
+    def _segments(self, ids, valid, per_element: bool) -> Segments:
+        ma = self.ma
+        return Segments(self._member(ids), ma.labels, ma.start, ma.label_offsets, valid,
+                        per_element)
+
+    def _pick(self, per: np.ndarray, final: bool, fill) -> np.ndarray:
+        """Per-match (final) or per-element (running) results at each output row."""
+        if final:
+            return np.where(self.has, per[self.mi], fill)
+        ok = self.has & (self.running >= self.first)
+        return np.append(per, fill)[np.where(ok, self.running, -1)]
 
     def _aggregate(self, e: A.Aggregate) -> pa.Array:
-        from .kernels.segmented import segmented_arg_extreme, segmented_sum
-        upto = self.final if e.semantics == "FINAL" else self.running
+        final = self._final(e.semantics)
         ids = self._ids(e.var)
         if e.star:
-            return self._ints(np.where(self.has, self._count(ids, upto), 0), self.has)
+            if ids is None:
+                upto = self.stop - 1 if final else self.running
+                return self._ints(np.where(self.has, upto + 1 - self.first, 0), self.has)
+            count = segmented_count(self._segments(ids, None, not final))
+            return self._ints(self._pick(count, final, 0), self.has)
         if (e.distinct or e.over_order or len(e.args) != 1
                 or e.name not in ("COUNT", "SUM", "AVG", "MIN", "MAX")
                 or not isinstance(e.args[0], A.ColumnRef)):
@@ -513,33 +561,25 @@ class _Vectors:
         ref = e.args[0]
         if e.name == "COUNT":
             col = self._column(ref.resolved)
-            valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            counted = valid[self._elements()]
-        else:
-            keys = e.name in ("MIN", "MAX")
-            if e.name in ("SUM", "AVG") and ref.type.kind not in ("BIGINT", "DOUBLE"):
-                raise _Fallback
-            values, valid = self._numbers(ref, keys)
-            rows = self._elements()
-            values, counted = values[rows], valid[rows]
-        if ids is not None:
-            lut = np.zeros(max(len(self.q.primary_vars), 1), dtype=bool)
-            lut[list(ids)] = True
-            counted &= lut[self.ma.labels]
-        cum = _exclusive_cumsum(counted)
-        count = np.where(self.has, cum[upto + 1] - cum[self.first], 0)
-        if e.name == "COUNT":
-            return self._ints(count, self.has)
-        some = self.has & (count > 0)
-        at = np.where(some, upto, -1)               # -1: the sentinel appended below
-        offsets = self.ma.label_offsets
+            valid = None
+            if col.null_count:
+                valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            count = segmented_count(self._segments(ids, valid, not final))
+            return self._ints(self._pick(count, final, 0), self.has)
+        if e.name in ("SUM", "AVG") and ref.type.kind not in ("BIGINT", "DOUBLE"):
+            raise _Fallback
+        values, valid = self._numbers(ref, e.name in ("MIN", "MAX"))
+        seg = self._segments(ids, valid, not final)
         if e.name in ("MIN", "MAX"):
-            arg = np.append(segmented_arg_extreme(values, counted, offsets, e.name == "MAX"), -1)
-            return self._gather(ref, self._to_row(arg[at]))
-        sums, overflow = segmented_sum(values, counted, offsets)
+            return self._gather(ref, self._pick(segmented_arg_extreme(values, seg,
+                                                                      e.name == "MAX"),
+                                                final, -1))
+        sums, overflow = segmented_sum(values, seg)
         if overflow:
             raise _Fallback          # the interpreter raises (SUM) or is exact (AVG)
-        total = np.append(sums, 0)[at]
+        count = self._pick(segmented_count(seg), final, 0)
+        some = self.has & (count > 0)
+        total = self._pick(sums, final, 0)
         if e.name == "SUM":
             if values.dtype.kind == "f":
                 return self._doubles(total, some)

@@ -31,31 +31,58 @@ COMPENSATED_SUM = sum([1e100, 1.0, -1e100]) != 0.0
 JIT_MIN_ELEMENTS = 20_000
 
 
-def running_sum_int(values, take, offsets, out):
-    """Running int64 sums per segment; True (and stop) on overflow."""
+# Every kernel walks segments (matches): segment i owns elements
+# offsets[i]:offsets[i + 1], element e is row starts[i] + e - offsets[i] and
+# counts when member[labels[e]] (the aggregated variable) and, if has_valid,
+# valid[row] (the value is not NULL). With per_element each element gets the
+# value so far (RUNNING in ALL ROWS); else each segment gets its total.
+
+def segment_count(valid, has_valid, member, labels, starts, offsets, per_element, out):
+    """Counted elements so far."""
+    for i in range(offsets.shape[0] - 1):
+        c = 0
+        base = starts[i] - offsets[i]
+        for e in range(offsets[i], offsets[i + 1]):
+            if member[labels[e]] and (not has_valid or valid[base + e]):
+                c += 1
+            if per_element:
+                out[e] = c
+        if not per_element:
+            out[i] = c
+
+
+def segment_sum_int(values, valid, has_valid, member, labels, starts, offsets, per_element,
+                    out):
+    """Int64 sums so far; True (and stop) when one leaves the BIGINT range."""
     for i in range(offsets.shape[0] - 1):
         acc = 0
+        base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
-            if take[e]:
-                x = int(values[e])
+            if member[labels[e]] and (not has_valid or valid[base + e]):
+                x = int(values[base + e])
                 if (x > 0 and acc > INT64_MAX - x) or (x < 0 and acc < INT64_MIN - x):
                     return True
                 acc = acc + x
-            out[e] = acc
+            if per_element:
+                out[e] = acc
+        if not per_element:
+            out[i] = acc
     return False
 
 
-def running_sum_float(values, take, offsets, compensated, out):
-    """Running float64 sums per segment, as Python's ``sum`` of the values:
-    ``0 + x0`` first, then left to right, compensated on Python >= 3.12
-    (Neumaier, with CPython's final correction rule)."""
+def segment_sum_float(values, valid, has_valid, member, labels, starts, offsets, per_element,
+                      compensated, out):
+    """Float64 sums so far, as Python's ``sum`` of the values: ``0 + x0``
+    first, then left to right, compensated on Python >= 3.12 (Neumaier, with
+    CPython's final correction rule)."""
     for i in range(offsets.shape[0] - 1):
         f = 0.0
         c = 0.0
         n = 0
+        base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
-            if take[e]:
-                x = float(values[e])
+            if member[labels[e]] and (not has_valid or valid[base + e]):
+                x = float(values[base + e])
                 if n == 0:
                     f = 0.0 + x
                 elif compensated:
@@ -68,29 +95,64 @@ def running_sum_float(values, take, offsets, compensated, out):
                 else:
                     f = f + x
                 n += 1
-            if compensated and c != 0.0 and math.isfinite(c):
-                out[e] = f + c
-            else:
-                out[e] = f
+            if per_element:
+                out[e] = f + c if compensated and c != 0.0 and math.isfinite(c) else f
+        if not per_element:
+            out[i] = f + c if compensated and c != 0.0 and math.isfinite(c) else f
 
 
-def running_arg_extreme(keys, take, offsets, want_max, out):
-    """Per element, the element holding the running MIN (MAX if ``want_max``)
-    of its segment's counted keys, the first of equal ones; -1 if none yet."""
+def segment_arg_extreme(keys, valid, has_valid, member, labels, starts, offsets, per_element,
+                        want_max, out):
+    """The row of the MIN (MAX if ``want_max``) key so far, the first of
+    equal ones (as Python's ``min``/``max``); -1 before any."""
     for i in range(offsets.shape[0] - 1):
         best = -1
+        base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
-            if take[e]:
+            r = base + e
+            if member[labels[e]] and (not has_valid or valid[r]):
                 if best < 0:
-                    best = e
+                    best = r
                 elif want_max:
-                    if keys[e] > keys[best]:
-                        best = e
-                elif keys[e] < keys[best]:
-                    best = e
-            out[e] = best
+                    if keys[r] > keys[best]:
+                        best = r
+                elif keys[r] < keys[best]:
+                    best = r
+            if per_element:
+                out[e] = best
+        if not per_element:
+            out[i] = best
 
 
+def find_member(member, labels, lo, hi, k, from_end, out):
+    """Per query q, the k-th (0-based) element of lo[q]..hi[q] (inclusive)
+    whose label is a member, counted from hi[q] backwards if ``from_end``;
+    -1 if there are not that many. Cost: the elements walked."""
+    for q in range(lo.shape[0]):
+        found = -1
+        c = 0
+        if from_end:
+            e = hi[q]
+            while e >= lo[q]:
+                if member[labels[e]]:
+                    if c == k:
+                        found = e
+                        break
+                    c += 1
+                e -= 1
+        else:
+            e = lo[q]
+            while e <= hi[q]:
+                if member[labels[e]]:
+                    if c == k:
+                        found = e
+                        break
+                    c += 1
+                e += 1
+        out[q] = found
+
+
+KERNELS = (segment_count, segment_sum_int, segment_sum_float, segment_arg_extreme, find_member)
 _compiled = None
 
 
@@ -104,53 +166,101 @@ def _cpu_kernels():
             _compiled = False
             return None
         jit = numba.njit(nogil=True)
-        _compiled = (jit(running_sum_int), jit(running_sum_float), jit(running_arg_extreme))
+        _compiled = tuple(jit(k) for k in KERNELS)
     return _compiled or None
 
 
-def _pick(n: int, compiled):
+def kernels(n: int, compiled=None) -> tuple:
+    """The kernels (in ``KERNELS`` order) for ``n`` elements: numba-compiled
+    when ``compiled`` (None: when n is large enough to repay compiling) and
+    numba is installed, else the plain bodies."""
     if compiled is None:
         compiled = n >= JIT_MIN_ELEMENTS
-    kernels = _cpu_kernels() if compiled else None
-    return kernels or (running_sum_int, running_sum_float, running_arg_extreme)
+    return (_cpu_kernels() if compiled else None) or KERNELS
 
 
-def segmented_sum(values: np.ndarray, take: np.ndarray, offsets: np.ndarray,
-                  compiled=None):
-    """Running sums of ``values`` (int64 or float64) where ``take``, per segment.
+_NO_VALID = np.ones(1, dtype=bool)
 
-    Returns ``(out, overflow)``; ``overflow`` is True when an int64 sum left
-    the BIGINT range (``out`` is then incomplete). ``compiled``: None picks
-    numba for large inputs, the plain bodies for small ones.
+
+class Segments:
+    """The shared arguments: ``member`` (bool per variable id: the rows that
+    count), ``labels`` (per element), ``starts`` (first row per segment),
+    ``offsets`` (segment bounds in elements), ``valid`` (per row, or None: no
+    NULL), ``per_element``, and ``compiled`` (see :func:`kernels`)."""
+
+    def __init__(self, member, labels, starts, offsets, valid=None, per_element=False,
+                 compiled=None):
+        self.member, self.labels, self.starts, self.offsets = member, labels, starts, offsets
+        self.valid = _NO_VALID if valid is None else valid
+        self.has_valid = valid is not None
+        self.per_element = bool(per_element)
+        self.size = labels.shape[0] if per_element else offsets.shape[0] - 1
+        self.k = kernels(labels.shape[0], compiled)
+
+    def args(self):
+        return (self.valid, self.has_valid, self.member, self.labels, self.starts, self.offsets,
+                self.per_element)
+
+
+def segmented_count(seg: Segments) -> np.ndarray:
+    """Counted elements per segment (or so far, per element).
 
     >>> import numpy as np
-    >>> out, bad = segmented_sum(np.array([1, 2, 3, 4]), np.array([True, False, True, True]),
-    ...                          np.array([0, 2, 4]))
-    >>> out.tolist(), bad
-    ([1, 1, 3, 7], False)
+    >>> seg = Segments(np.array([True, False]), np.array([0, 1, 0, 0], np.int16),
+    ...                np.array([5, 7]), np.array([0, 2, 4]), per_element=True)
+    >>> segmented_count(seg).tolist()
+    [1, 1, 1, 2]
     """
-    n = values.shape[0]
-    sum_int, sum_float, _ = _pick(n, compiled)
-    if values.dtype.kind == "f":
-        out = np.empty(n, dtype=np.float64)
-        sum_float(values.astype(np.float64, copy=False), take, offsets, COMPENSATED_SUM, out)
-        return out, False
-    out = np.empty(n, dtype=np.int64)
-    bad = sum_int(values.astype(np.int64, copy=False), take, offsets, out)
-    return out, bool(bad)
+    out = np.empty(seg.size, dtype=np.int64)
+    seg.k[0](*seg.args(), out)
+    return out
 
 
-def segmented_arg_extreme(keys: np.ndarray, take: np.ndarray, offsets: np.ndarray,
-                          want_max: bool, compiled=None) -> np.ndarray:
-    """Per element, the element index of the running MIN/MAX of its segment
-    (first of equal keys; -1 before the first counted element).
+def segmented_sum(values: np.ndarray, seg: Segments):
+    """Sums of ``values`` (per row; int64 or float64) over the counted
+    elements. Returns ``(sums, overflow)``; ``overflow``: an int64 sum left
+    the BIGINT range (``sums`` is then incomplete).
 
     >>> import numpy as np
-    >>> segmented_arg_extreme(np.array([3, 1, 1, 5]), np.ones(4, bool), np.array([0, 3, 4]),
-    ...                       False).tolist()
+    >>> seg = Segments(np.array([True]), np.zeros(4, np.int16), np.array([0, 2]),
+    ...                np.array([0, 2, 4]), valid=np.array([True, True, False, True]))
+    >>> sums, bad = segmented_sum(np.array([1, 2, 3, 4]), seg)
+    >>> sums.tolist(), bad
+    ([3, 4], False)
+    """
+    if values.dtype.kind == "f":
+        out = np.empty(seg.size, dtype=np.float64)
+        seg.k[2](values, *seg.args(), COMPENSATED_SUM, out)
+        return out, False
+    out = np.empty(seg.size, dtype=np.int64)
+    return out, bool(seg.k[1](values, *seg.args(), out))
+
+
+def segmented_arg_extreme(keys: np.ndarray, seg: Segments, want_max: bool) -> np.ndarray:
+    """The row of the MIN/MAX of ``keys`` (per row) over the counted elements,
+    the first of equal keys; -1 where none.
+
+    >>> import numpy as np
+    >>> seg = Segments(np.array([True]), np.zeros(4, np.int16), np.array([0, 3]),
+    ...                np.array([0, 3, 4]), per_element=True)
+    >>> segmented_arg_extreme(np.array([3, 1, 1, 5, 0]), seg, False).tolist()
     [0, 1, 1, 3]
     """
-    n = keys.shape[0]
-    out = np.empty(n, dtype=np.int64)
-    _pick(n, compiled)[2](keys, take, offsets, bool(want_max), out)
+    out = np.empty(seg.size, dtype=np.int64)
+    seg.k[3](keys, *seg.args(), bool(want_max), out)
+    return out
+
+
+def find_members(member: np.ndarray, labels: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                 k: int, from_end: bool, compiled=None) -> np.ndarray:
+    """Per query, the k-th member element of ``lo..hi`` from the start (or
+    from the end), -1 if none (FIRST/LAST landing per match).
+
+    >>> import numpy as np
+    >>> find_members(np.array([False, True]), np.array([1, 0, 1, 1], np.int16),
+    ...              np.array([0, 0]), np.array([3, 3]), 1, True).tolist()
+    [2, 2]
+    """
+    out = np.empty(lo.shape[0], dtype=np.int64)
+    kernels(labels.shape[0], compiled)[4](member, labels, lo, hi, int(k), bool(from_end), out)
     return out

@@ -226,60 +226,109 @@ def test_no_matches_gives_null_measures():
 
 @st.composite
 def segments(draw):
+    """Segments over a few rows: (member per variable, labels, starts,
+    offsets, valid per row or None)."""
     lengths = draw(st.lists(st.integers(0, 6), max_size=6))
-    n = sum(lengths)
-    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int64)
-    take = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
-    return offsets, take
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    n_rows = max(lengths, default=0) + 3
+    starts = np.array([draw(st.integers(0, n_rows - ln)) for ln in lengths], np.int64)
+    labels = np.array(draw(st.lists(st.integers(0, 2), min_size=int(offsets[-1]),
+                                    max_size=int(offsets[-1]))), np.int16)
+    member = np.array(draw(st.lists(st.booleans(), min_size=3, max_size=3)))
+    valid = draw(st.none() | st.lists(st.booleans(), min_size=n_rows, max_size=n_rows))
+    return member, labels, starts, offsets, None if valid is None else np.array(valid), n_rows
 
 
 FLOATS = st.sampled_from([0.1, 0.2, 0.3, -0.0, 0.0, 1e16, -1e16, 1.0, 3.5, 1e-300, -2.5,
                           math.inf, 1e308])
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES // 2, deadline=None)
 @given(segments(), st.data())
-def test_segmented_kernels_against_python(seg, data):
-    offsets, take = seg
-    n = take.shape[0]
-    xs = np.array(data.draw(st.lists(FLOATS, min_size=n, max_size=n)), dtype=np.float64)
-    ks = np.array(data.draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n)), np.int64)
+def test_segmented_kernels_against_python(seg_args, data):
+    member, labels, starts, offsets, valid, n_rows = seg_args
+    xs = np.array(data.draw(st.lists(FLOATS, min_size=n_rows, max_size=n_rows)), np.float64)
+    ks = np.array(data.draw(st.lists(st.integers(-3, 3), min_size=n_rows, max_size=n_rows)),
+                  np.int64)
     for compiled in (False, True):
-        fsum, _ = segmented.segmented_sum(xs, take, offsets, compiled=compiled)
-        isum, bad = segmented.segmented_sum(ks, take, offsets, compiled=compiled)
-        lo = segmented.segmented_arg_extreme(xs, take, offsets, False, compiled=compiled)
-        hi = segmented.segmented_arg_extreme(ks, take, offsets, True, compiled=compiled)
-        assert not bad
-        for i in range(offsets.shape[0] - 1):
-            seen = []
-            for e in range(offsets[i], offsets[i + 1]):
-                if take[e]:
-                    seen.append(e)
-                want = sum(float(xs[j]) for j in seen) if seen else 0.0
-                assert struct.pack("<d", fsum[e]) == struct.pack("<d", want)
-                assert isum[e] == sum(int(ks[j]) for j in seen)
-                vals = [float(xs[j]) for j in seen]
-                assert lo[e] == (seen[vals.index(min(vals))] if seen else -1)
-                ints = [int(ks[j]) for j in seen]
-                assert hi[e] == (seen[ints.index(max(ints))] if seen else -1)
+        for per_element in (False, True):
+            seg = segmented.Segments(member, labels, starts, offsets, valid, per_element,
+                                     compiled)
+            count = segmented.segmented_count(seg)
+            fsum, _ = segmented.segmented_sum(xs, seg)
+            isum, bad = segmented.segmented_sum(ks, seg)
+            lo = segmented.segmented_arg_extreme(xs, seg, False)
+            hi = segmented.segmented_arg_extreme(ks, seg, True)
+            assert not bad
+            for i in range(offsets.shape[0] - 1):
+                seen = []
+                for e in range(offsets[i], offsets[i + 1]):
+                    row = starts[i] + e - offsets[i]
+                    if member[labels[e]] and (valid is None or valid[row]):
+                        seen.append(row)
+                    at = e if per_element else i
+                    if not per_element and e != offsets[i + 1] - 1:
+                        continue
+                    want = sum(float(xs[r]) for r in seen) if seen else 0.0
+                    assert struct.pack("<d", fsum[at]) == struct.pack("<d", want)
+                    assert isum[at] == sum(int(ks[r]) for r in seen)
+                    assert count[at] == len(seen)
+                    vals = [float(xs[r]) for r in seen]
+                    assert lo[at] == (seen[vals.index(min(vals))] if seen else -1)
+                    ints = [int(ks[r]) for r in seen]
+                    assert hi[at] == (seen[ints.index(max(ints))] if seen else -1)
+                if not per_element and offsets[i] == offsets[i + 1]:
+                    assert count[i] == 0 and hi[i] == -1
+            for k in range(3):
+                for from_end in (False, True):
+                    lo_q, hi_q = offsets[:-1], offsets[1:] - 1
+                    got = segmented.find_members(member, labels, lo_q, hi_q, k, from_end,
+                                                 compiled)
+                    for q in range(lo_q.shape[0]):
+                        els = [e for e in range(lo_q[q], hi_q[q] + 1) if member[labels[e]]]
+                        if from_end:
+                            els.reverse()
+                        assert got[q] == (els[k] if k < len(els) else -1)
+
+
+def _one_segment(n: int, compiled: bool):
+    return segmented.Segments(np.array([True]), np.zeros(n, np.int16), np.array([0]),
+                              np.array([0, n]), None, True, compiled)
 
 
 def test_int_sum_overflow_is_reported():
     v = np.array([2**62, 2**62, -1], dtype=np.int64)
     for compiled in (False, True):
-        assert segmented.segmented_sum(v, np.ones(3, bool), np.array([0, 3]),
-                                       compiled=compiled)[1]
+        assert segmented.segmented_sum(v, _one_segment(3, compiled))[1]
 
 
 def test_compensated_sum_mode():
     """The Python >= 3.12 rule (Neumaier), whatever this Python is."""
     xs = np.array([1e100, 1.0, -1e100, -0.0], dtype=np.float64)
-    for fn in (segmented.running_sum_float, segmented._cpu_kernels()[1]):
-        out = np.empty(4)
-        fn(xs, np.ones(4, bool), np.array([0, 4]), True, out)
-        assert out.tolist() == [1e100, 1e100, 1.0, 1.0]
-        fn(xs, np.ones(4, bool), np.array([0, 4]), False, out)
-        assert out.tolist() == [1e100, 1e100, 0.0, 0.0]
+    for compiled in (False, True):
+        seg = _one_segment(4, compiled)
+        fn = seg.k[2]
+        for compensated, want in ((True, [1e100, 1e100, 1.0, 1.0]),
+                                  (False, [1e100, 1e100, 0.0, 0.0])):
+            out = np.empty(4)
+            fn(xs, *seg.args(), compensated, out)
+            assert out.tolist() == want
+
+
+def test_compiled_kernels_in_assembly(monkeypatch):
+    """With the numba kernels (used for large inputs): the same table as the
+    interpreter."""
+    monkeypatch.setattr(segmented, "JIT_MIN_ELEMENTS", 0)
+    n = 600
+    rng = np.random.default_rng(1)
+    t = pa.table({"p": np.repeat([0, 1], n // 2), "ts": np.arange(n),
+                  "price": np.round(rng.random(n) * 100, 2),
+                  "vol": pa.array(np.where(rng.random(n) < 0.1, None, rng.integers(0, 50, n)))})
+    for rows in ("ONE ROW PER MATCH", "ALL ROWS PER MATCH"):
+        both("PARTITION BY p ORDER BY ts MEASURES FIRST(B.price) AS fb, LAST(B.vol, 1) AS lb, "
+             "SUM(price) AS sp, FINAL AVG(B.vol) AS ab, MAX(C.price) AS mx, COUNT(B.*) AS cb, "
+             f"COUNT(vol) AS cv, MIN(vol) AS mv {rows} PATTERN (A B+ C+) "
+             "DEFINE B AS price < PREV(price), C AS price > PREV(price)", t)
 
 
 # ------------------------------------------------------------ differential
