@@ -345,6 +345,21 @@ def _short(reason: str, width: int = 110) -> str:
     return reason if len(reason) <= width else reason[: width - 3] + "..."
 
 
+def plan_lines(query: Query) -> list:
+    """What ``explain()`` says about the engines for this query (which engine
+    ``auto`` takes and the path it follows), so that a ratio can be read
+    against the code path that produced it."""
+    try:
+        text = gpu_mr.compile(query.text, ticks.SCHEMA).explain()
+    except Exception as exc:  # explain is context, never a reason to stop
+        return [f"explain failed: {type(exc).__name__}: {exc}"]
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("engine"):
+            return [ln.strip() for ln in lines[i:]]
+    return [ln.strip() for ln in lines if ln.startswith("dfa")]
+
+
 def host_kind() -> str:
     """A machine kind, never a machine name: ``x86_64-2cpu``."""
     return f"{platform.machine() or 'unknown'}-{os.cpu_count()}cpu"
@@ -549,8 +564,8 @@ def main(argv=None) -> int:
             "rows", "partitions", "ref_rows", "repeat", "ref_repeat", "numpy_rows",
             "numpy_partitions", "memory_rows", "memory_inmem_rows", "seed", "skew", "order")},
         "engines": engines,
-        "queries": {q.name: {"kind": q.kind, "note": q.note, "text": q.text.strip()}
-                    for q in queries},
+        "queries": {q.name: {"kind": q.kind, "note": q.note, "text": q.text.strip(),
+                             "plan": plan_lines(q)} for q in queries},
         "results": records,
         "first_call_seconds": {f"{e}/{q}": t for (q, e), t in sorted(first_calls.items())},
         "numpy_ratio": ratio,
