@@ -84,12 +84,13 @@ def assemble(query: CheckedQuery, data: SortedInput, matches,
     if query.rows_per_match != "ONE":
         ma = _partition_ordered(ma)
     rows = output_rows(query, data, ma)
+    columns: dict = {}                          # combined input columns, shared
     arrays: dict = {}
     if vectorised and not len(ma):              # no match: every measure is NULL
         for m in query.measures:
             arrays[m.name] = pa.nulls(len(rows.source), m.type.arrow())
     elif vectorised:
-        vec = _Vectors(query, data, ma, rows)
+        vec = _Vectors(query, data, ma, rows, columns)
         for m in query.measures:
             arr = vec.measure(m)
             if arr is not None:
@@ -99,7 +100,7 @@ def assemble(query: CheckedQuery, data: SortedInput, matches,
         values = _interpret(query, data, ma, rows, rest, interp)
         for m, vals in zip(rest, values):
             arrays[m.name] = measure_array(m, vals)
-    return _build_table(query, data, rows.source, arrays)
+    return _build_table(query, data, rows.source, arrays, columns)
 
 
 # ------------------------------------------------------------ output rows
@@ -130,6 +131,15 @@ def output_rows(query: CheckedQuery, data: SortedInput, ma: MatchArrays) -> Outp
     if query.rows_per_match == "ONE":
         return OutputRows(start, np.arange(len(ma), dtype=np.int64),
                           np.where(empty, -1, end), nxt - 1)
+    if not ma.excluded.any() and not empty.any():
+        # the usual case: every row of every match, in match order
+        mid = np.repeat(np.arange(len(ma), dtype=np.int64), nxt - first)
+        running = np.arange(ma.labels.shape[0], dtype=np.int64)
+        source = running + (start - first)[mid]
+        rows = OutputRows(source, mid, source, running)
+        if query.empty_matches != "UNMATCHED":
+            return rows
+        return _with_unmatched(data, ma, nxt - first, rows)
     # the match rows, in match order: kept (not excluded) rows, or the
     # start row of an empty match
     kept = np.flatnonzero(~ma.excluded)
@@ -251,7 +261,7 @@ def _interpret(query: CheckedQuery, data: SortedInput, ma: MatchArrays, rows: Ou
 
 
 def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray,
-                 measures: dict) -> pa.Table:
+                 measures: dict, columns: dict) -> pa.Table:
     """Input columns by one gather from the sorted table, then the measures
     (analysis guarantees measure names never clash with input columns)."""
     take = pa.array(source_rows, pa.int64())
@@ -260,8 +270,19 @@ def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray
         if field.name in measures:
             arrays.append(measures[field.name])
         else:
-            arrays.append(data.table.column(field.name).take(take))
+            arrays.append(_combined(data, field.name, columns).take(take))
     return pa.Table.from_arrays(arrays, schema=query.output_schema)
+
+
+def _combined(data: SortedInput, name: str, cache: dict):
+    """A sorted input column in one piece (a gather from one array is several
+    times faster than from a chunked one)."""
+    col = cache.get(name)
+    if col is None:
+        chunked = data.table.column(name)
+        col = cache[name] = chunked.chunk(0) if chunked.num_chunks == 1 else (
+            chunked.combine_chunks() if chunked.num_chunks else chunked)
+    return col
 
 
 def measure_array(m, vals: list) -> pa.Array:
@@ -315,8 +336,9 @@ class _Vectors:
     """
 
     def __init__(self, query: CheckedQuery, data: SortedInput, ma: MatchArrays,
-                 rows: OutputRows):
+                 rows: OutputRows, columns: dict):
         self.q, self.data, self.ma = query, data, ma
+        self._combined = columns
         self.one_row = query.rows_per_match == "ONE"
         self.n = rows.source.shape[0]
         self.has = rows.match >= 0
@@ -332,7 +354,7 @@ class _Vectors:
         for name, members in query.subsets.items():
             self.var_ids[name] = tuple(sorted(ids[x] for x in members))
         self._cache: dict = {}
-        self._columns: dict = {}
+        self._decoded: dict = {}
         self._part = None
 
     # -------------------------------------------------------- entry point
@@ -465,19 +487,22 @@ class _Vectors:
         """CLASSIFIER at ``rows``: the label if the row is in the match."""
         el = rows - self.delta
         ok = (rows >= 0) & (el >= self.first) & (el < self.stop)
-        labels = np.append(self.ma.labels, 0)[np.where(ok, el, -1)]
+        if not ok.any():
+            return pa.nulls(self.n, pa.string())
+        labels = self.ma.labels[np.where(ok, el, 0)]
         names = pa.array(list(self.q.primary_vars), pa.string())
         return names.take(pa.array(labels.astype(np.int32), pa.int32(),
                                    mask=None if ok.all() else ~ok))
 
     def _column(self, name: str) -> pa.Array:
-        col = self._columns.get(name)
+        col = self._decoded.get(name)
         if col is None:
-            chunked = self.data.table.column(name)
-            col = chunked.combine_chunks() if chunked.num_chunks != 1 else chunked.chunk(0)
+            col = _combined(self.data, name, self._combined)
+            if isinstance(col, pa.ChunkedArray):            # no chunk at all
+                col = pa.array([], col.type)
             if pa.types.is_dictionary(col.type):
                 col = col.dictionary_decode()
-            self._columns[name] = col
+            self._decoded[name] = col
         return col
 
     def _gather(self, ref: A.ColumnRef, rows: np.ndarray) -> pa.Array:
