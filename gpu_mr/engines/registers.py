@@ -1,0 +1,1266 @@
+"""The register engine: state-dependent DEFINEs without carrying paths.
+
+What: the matcher the CPU engine uses when a DEFINE looks at the match so far
+(``CheckedQuery.history_dependent``: another variable's column, FIRST/LAST,
+running aggregates, CLASSIFIER of earlier rows, MATCH_NUMBER()). It finds
+exactly the reference engine's matches (starts, ends, labels, exclusion marks)
+and raises exactly its errors.
+
+How (DESIGN.md §5, "state-dependent predicates"): the reference engine's Pike
+VM (kernels/registers.py), whose threads carry a fixed row of registers
+derived from the DEFINE expressions instead of their paths:
+
+- per row set S named in a DEFINE (a primary variable, a SUBSET): the last
+  k+1 rows mapped to S (``S.col``, ``LAST(S.col, k)``, PREV/NEXT of them), the
+  first k+1 (``FIRST(S.col, k)``), the count (``COUNT(S.*)``);
+- the labels of the last k rows (``PREV(CLASSIFIER(), k)``);
+- per aggregate: its running state (COUNT, SUM, AVG, MIN, MAX, COUNT_IF,
+  BOOL_AND/EVERY, BOOL_OR, ANY_VALUE), plus a flag when an argument row
+  raised (the aggregate then raises when read, as the interpreter does);
+- the match start and MATCH_NUMBER() are parameters of a search.
+
+A DEFINE reads nothing else, so two threads in one NFA state with equal
+registers have equal futures and merge. DEFINE conditions are generated as
+Python source from the AST (three-valued logic, the interpreter's order of
+evaluation and short circuits, exact int64 arithmetic with its overflow and
+division errors, IEEE doubles with its division rules), run as plain Python
+for small inputs and compiled with numba for large ones. Whenever the
+interpreter would raise, or a value leaves what the registers hold exactly
+(an int64 sum overflowing, an int compared with a double beyond 2**53), the
+kernel stops and that partition is rerun by the reference engine, which gives
+the exact result or error.
+
+Declined (``supports`` says why): matching modes, SKIP TO CURRENT ROW, time
+limits, match conditions, DISTINCT and other aggregates, columns other than
+integer/double/boolean, strings except CLASSIFIER compared with literals,
+CLASSIFIER at rows the registers do not keep, ROUND/LN/EXP/POWER and casts
+that go through decimals.
+
+Cost: O(rows scanned x live threads x DEFINE cost) per search, no path
+copies; numba compilation (a few seconds) is paid once per query shape.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..analysis import CheckedQuery
+from ..frames import SortedInput
+from ..interpreter import Interpreter, _nav_var
+from ..kernels import registers as K
+from ..pattern.nfa import compile_nfa
+from ..syntax import ast as A
+from ..syntax import types as T
+from .base import MatchArrays
+
+# Inputs this large are matched by the numba-compiled kernel; smaller ones by
+# the same code as plain Python (compilation costs seconds).
+JIT_MIN_ROWS = 20_000
+# CLASSIFIER() of the k-th previous row is kept for k up to this.
+MAX_LABEL_HISTORY = 32
+# FIRST/LAST offsets kept in registers up to this.
+MAX_NAV_OFFSET = 64
+_NEUMAIER = sys.version_info >= (3, 12)     # sum() of floats is compensated from 3.12
+_AGGREGATES = ("COUNT", "SUM", "AVG", "MIN", "MAX", "COUNT_IF", "BOOL_AND", "BOOL_OR", "EVERY",
+               "ANY_VALUE")
+_CMP = {"=": 0, "<>": 1, "<": 2, "<=": 3, ">": 4, ">=": 5}
+_PY_CMP = {"=": "==", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
+
+
+class _Decline(Exception):
+    """A construct the register engine does not run (the reason)."""
+
+
+# ============================================================== public API
+
+def supports(query: CheckedQuery) -> Optional[str]:
+    """None when :func:`find_matches` runs ``query``, else the reason.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from gpu_mr.analysis import analyze
+    >>> from gpu_mr.syntax import parse_clause
+    >>> schema = pa.schema([("t", pa.int64()), ("x", pa.float64())])
+    >>> q = analyze(parse_clause("ORDER BY t MEASURES COUNT(*) AS n PATTERN (A B+ C) "
+    ...     "DEFINE B AS x < AVG(B.x), C AS x > A.x"), schema)
+    >>> supports(q) is None
+    True
+    >>> q = analyze(parse_clause("ORDER BY t MEASURES COUNT(*) AS n PATTERN (A B+) "
+    ...     "DEFINE B AS COUNT(DISTINCT B.x) < 3"), schema)
+    >>> supports(q)
+    'DISTINCT aggregates need every value seen, not registers'
+    """
+    try:
+        _plan(query)
+    except _Decline as exc:
+        return str(exc)
+    return None
+
+
+def find_matches(query: CheckedQuery, data: SortedInput, *, jit: Optional[bool] = None
+                 ) -> MatchArrays:
+    """Every match of ``query`` in ``data``, identical to the reference engine's.
+
+    ``jit``: compile the kernel with numba (None: when the input has at least
+    ``JIT_MIN_ROWS`` rows). Raises what the reference engine raises.
+    """
+    plan = _plan(query)
+    n = data.table.num_rows
+    if jit is None:
+        jit = n >= JIT_MIN_ROWS
+    kernel = plan.kernel(jit)
+    icols, fcols, valid, fallback = _load_columns(plan, data, jit)
+    if fallback:
+        return _reference(query, data, range(data.num_partitions))
+    return _drive(plan, kernel, query, data, icols, fcols, valid, jit)
+
+
+# ================================================================ the plan
+
+@dataclass
+class _Agg:
+    node: A.Aggregate
+    rows: Optional[frozenset]       # var ids aggregated over; None: every row
+    kind: str                       # argument kind: i f b l u
+    fn: str                         # name of the generated argument function
+    err: int = -1
+    n: int = -1
+    ival: int = -1                  # int sum / min / max / acc / any value
+    ovf: int = -1                   # int sum left int64
+    fval: int = -1                  # float sum / min / max / any value
+    fc: int = -1                    # float sum compensation (Python >= 3.12)
+
+
+@dataclass
+class _Layout:
+    """Register slots; grows while the DEFINEs are generated."""
+    init_i: list = field(default_factory=list)
+    init_f: list = field(default_factory=list)
+    last: dict = field(default_factory=dict)       # S -> [slot of the (j+1)-th last row]
+    first: dict = field(default_factory=dict)      # S -> [slot of the (j+1)-th row]
+    first_fill: dict = field(default_factory=dict)  # S -> slot: rows of S so far, capped
+    count: dict = field(default_factory=dict)      # S -> slot
+    labs: list = field(default_factory=list)       # label of the j-th previous row
+    aggs: dict = field(default_factory=dict)       # Aggregate node -> _Agg
+
+    def int_slot(self, init: int) -> int:
+        self.init_i.append(init)
+        return len(self.init_i) - 1
+
+    def float_slot(self, init: float) -> int:
+        self.init_f.append(init)
+        return len(self.init_f) - 1
+
+    def last_slot(self, s: frozenset, j: int) -> int:
+        slots = self.last.setdefault(s, [])
+        while len(slots) <= j:
+            slots.append(self.int_slot(-1))
+        return slots[j]
+
+    def first_slot(self, s: frozenset, j: int) -> int:
+        slots = self.first.setdefault(s, [])
+        if s not in self.first_fill:
+            self.first_fill[s] = self.int_slot(0)
+        while len(slots) <= j:
+            slots.append(self.int_slot(-1))
+        return slots[j]
+
+    def count_slot(self, s: frozenset) -> int:
+        if s not in self.count:
+            self.count[s] = self.int_slot(0)
+        return self.count[s]
+
+    def lab_slot(self, j: int) -> int:
+        while len(self.labs) <= j:
+            self.labs.append(self.int_slot(-1))
+        return self.labs[j]
+
+
+_PLAN_CACHE: dict = {}
+
+
+def _plan(query: CheckedQuery) -> "_Plan":
+    key = id(query)
+    hit = _PLAN_CACHE.get(key)
+    if hit is not None and hit[0] is query:
+        if isinstance(hit[1], _Decline):
+            raise hit[1]
+        return hit[1]
+    try:
+        plan = _Plan(query)
+    except _Decline as exc:
+        _PLAN_CACHE[key] = (query, exc)
+        raise
+    if len(_PLAN_CACHE) > 256:
+        _PLAN_CACHE.clear()
+    _PLAN_CACHE[key] = (query, plan)
+    return plan
+
+
+_KERNEL_CACHE: dict = {}
+
+
+class _Plan:
+    def __init__(self, query: CheckedQuery):
+        q = query
+        if q.mode is not None:
+            raise _Decline(f"{q.mode} MATCH mode is run by the reference engine")
+        if q.skip.kind == "CURRENT_ROW":
+            raise _Decline("AFTER MATCH SKIP TO CURRENT ROW keeps every match (ALL MATCHES)")
+        if q.time_limit is not None:
+            raise _Decline("time limits (WITHIN / INTERVAL) are run by the reference engine")
+        if q.match_filter is not None:
+            raise _Decline("a condition on the whole match is run by the reference engine")
+        self.query = q
+        self.var_ids = {name: i for i, name in enumerate(q.primary_vars)}
+        self.sets: dict = {name: frozenset([i]) for name, i in self.var_ids.items()}
+        for name, members in q.subsets.items():
+            self.sets[name] = frozenset(self.var_ids[m] for m in members)
+        self.columns: dict = {}          # resolved name -> (array, index, kind)
+        self.n_icols = 0
+        self.n_fcols = 0
+        self.layout = _Layout()
+        self.arg_sources: list = []
+        self.pred_sources: dict = {}
+        for name in q.primary_vars:
+            expr = q.defines.get(name)
+            if expr is not None:
+                self.pred_sources[self.var_ids[name]] = _Gen(self, self.var_ids[name]).pred(expr)
+        self.source = self._module_source()
+        program = compile_nfa(q.pattern, q.primary_vars)
+        insts = program.insts
+        self.start_state = program.start
+        self.op = np.array([i.op for i in insts], dtype=np.int64)
+        self.out = np.array([i.out for i in insts], dtype=np.int64)
+        self.out2 = np.array([i.out2 for i in insts], dtype=np.int64)
+        self.var = np.array([i.var for i in insts], dtype=np.int64)
+        self.excl = np.array([i.excluded for i in insts], dtype=np.bool_)
+        self.skip_kind = {"PAST_LAST_ROW": K.SKIP_PAST_LAST_ROW, "NEXT_ROW": K.SKIP_TO_NEXT_ROW,
+                          "FIRST": K.SKIP_TO_FIRST, "LAST": K.SKIP_TO_LAST}[q.skip.kind]
+        self.skip_set = np.zeros(max(1, len(q.primary_vars)), dtype=np.bool_)
+        if q.skip.var is not None:
+            for v in self.sets[q.skip.var]:
+                self.skip_set[v] = True
+
+    # ------------------------------------------------------------ columns
+    def column(self, name: str, kind: str) -> tuple:
+        hit = self.columns.get(name)
+        if hit is None:
+            if kind == "f":
+                hit = ("fcols", self.n_fcols, kind)
+                self.n_fcols += 1
+            else:
+                hit = ("icols", self.n_icols, kind)
+                self.n_icols += 1
+            self.columns[name] = hit
+        return hit
+
+    # ---------------------------------------------------------- the module
+    def _module_source(self) -> str:
+        L = self.layout
+        lines = list(self.arg_sources)
+        lines += [src for src in self.pred_sources.values()]
+        sig = "(q, start, mno, lo, hi, R, F, di, icols, fcols, valid)"
+        for v in range(len(self.query.primary_vars)):
+            lines.append(f"def apply_{v}{sig}:")
+            body = []
+            for s, slots in L.last.items():
+                if v in s:
+                    for j in range(len(slots) - 1, 0, -1):
+                        body.append(f"R[di, {slots[j]}] = R[di, {slots[j - 1]}]")
+                    body.append(f"R[di, {slots[0]}] = q")
+            for s, slots in L.first.items():
+                if v in s:
+                    fill = L.first_fill[s]
+                    body.append(f"c = R[di, {fill}]")
+                    for j, slot in enumerate(slots):
+                        body.append(f"if c == {j}:")
+                        body.append(f"    R[di, {slot}] = q")
+                    body.append(f"if c < {len(slots)}:")
+                    body.append(f"    R[di, {fill}] = c + 1")
+            for s, slot in L.count.items():
+                if v in s:
+                    body.append(f"R[di, {slot}] += 1")
+            for j in range(len(L.labs) - 1, 0, -1):
+                body.append(f"R[di, {L.labs[j]}] = R[di, {L.labs[j - 1]}]")
+            if L.labs:
+                body.append(f"R[di, {L.labs[0]}] = {v}")
+            for agg in L.aggs.values():
+                if agg.rows is None or v in agg.rows:
+                    body += _agg_update(agg, v)
+            body.append("return 0")
+            lines += ["    " + b for b in body]
+        lines.append(f"def PRED(v, q, start, mno, lo, hi, R, F, di, icols, fcols, valid):")
+        for v in self.pred_sources:
+            lines.append(f"    if v == {v}:")
+            lines.append(f"        return pred_{v}{sig}")
+        lines.append("    return 1")
+        lines.append(f"def APPLY(v, q, start, mno, lo, hi, R, F, di, icols, fcols, valid):")
+        for v in range(len(self.query.primary_vars)):
+            lines.append(f"    if v == {v}:")
+            lines.append(f"        return apply_{v}{sig}")
+        lines.append("    return 0")
+        src = "\n".join(lines) + "\n"
+        src = re.sub(r"__VI(\d+)__", lambda m: m.group(1), src)
+        return re.sub(r"__VF(\d+)__", lambda m: str(self.n_icols + int(m.group(1))), src)
+
+    def kernel(self, jit: bool):
+        key = (self.source, jit)
+        hit = _KERNEL_CACHE.get(key)
+        if hit is not None:
+            return hit
+        g = {"np": np, "math": math, "INT64_MIN": K.INT64_MIN, "INT64_MAX": K.INT64_MAX}
+        for name in dir(K):
+            if name.isupper():
+                g[name] = getattr(K, name)
+        for name in K.HELPER_FUNCTIONS:
+            g[name] = getattr(K, name)
+        exec(compile(self.source, "<gpu_mr register predicates>", "exec"), g)
+        for name in K.KERNEL_FUNCTIONS:
+            f = getattr(K, name)
+            g[name] = types.FunctionType(f.__code__, g, name, f.__defaults__)
+        if jit:
+            import numba
+            generated = [n for n, f in g.items() if isinstance(f, types.FunctionType)]
+            for name in generated:
+                g[name] = numba.njit(cache=False)(g[name])
+        run = g["run_partitions"]
+        if len(_KERNEL_CACHE) > 64:
+            _KERNEL_CACHE.clear()
+        _KERNEL_CACHE[key] = run
+        return run
+
+
+def _agg_update(agg: _Agg, v: int) -> list:
+    """APPLY's lines for one aggregate when row q is mapped to variable v."""
+    name = agg.node.name
+    if agg.kind == "u" or agg.node.star:
+        return []
+    out = [f"if R[di, {agg.err}] == 0:"]
+    out.append(f"    st, x, xn = {agg.fn}(q, {v}, mno, lo, hi, icols, fcols, valid)")
+    out.append(f"    if st != 0:")
+    out.append(f"        R[di, {agg.err}] = st")
+    out.append(f"    elif not xn:")
+    body = []
+    n = f"R[di, {agg.n}]"
+    if name == "COUNT":
+        body.append(f"{n} += 1")
+    elif name == "COUNT_IF":
+        body.append(f"if x:")
+        body.append(f"    {n} += 1")
+    elif name in ("SUM", "AVG"):
+        if agg.kind == "i":
+            body.append(f"if R[di, {agg.ovf}] == 0:")
+            body.append(f"    s, ok = add_i64(R[di, {agg.ival}], x)")
+            body.append(f"    if ok:")
+            body.append(f"        R[di, {agg.ival}] = s")
+            body.append(f"    else:")
+            body.append(f"        R[di, {agg.ovf}] = 1")
+        else:
+            hi_, c_ = f"F[di, {agg.fval}]", f"F[di, {agg.fc}]"
+            body.append(f"if {n} == 0:")
+            body.append(f"    {hi_} = 0.0 + x")
+            if _NEUMAIER:
+                body.append(f"else:")
+                body.append(f"    h = {hi_}")
+                body.append(f"    t = h + x")
+                body.append(f"    if abs(h) >= abs(x):")
+                body.append(f"        {c_} += (h - t) + x")
+                body.append(f"    else:")
+                body.append(f"        {c_} += (x - t) + h")
+                body.append(f"    {hi_} = t")
+            else:
+                body.append(f"else:")
+                body.append(f"    {hi_} = {hi_} + x")
+        body.append(f"{n} += 1")
+    elif name in ("MIN", "MAX"):
+        cmp = "<" if name == "MIN" else ">"
+        reg = f"R[di, {agg.ival}]" if agg.kind == "i" else f"F[di, {agg.fval}]"
+        body.append(f"if {n} == 0 or x {cmp} {reg}:")
+        body.append(f"    {reg} = x")
+        body.append(f"{n} += 1")
+    elif name in ("BOOL_AND", "EVERY"):
+        body.append(f"if not x:")
+        body.append(f"    R[di, {agg.ival}] = 0")
+        body.append(f"{n} += 1")
+    elif name == "BOOL_OR":
+        body.append(f"if x:")
+        body.append(f"    R[di, {agg.ival}] = 1")
+        body.append(f"{n} += 1")
+    elif name == "ANY_VALUE":
+        reg = f"F[di, {agg.fval}]" if agg.kind == "f" else f"R[di, {agg.ival}]"
+        body.append(f"if {n} == 0:")
+        body.append(f"    {reg} = x" if agg.kind != "b" else f"    {reg} = 1 if x else 0")
+        body.append(f"{n} += 1")
+    return out + ["        " + b for b in body]
+
+
+# =========================================================== code generation
+
+def _kind(t: T.SqlType) -> str:
+    k = t.kind
+    if k == "BIGINT":
+        return "i"
+    if k == "DOUBLE":
+        return "f"
+    if k == "BOOLEAN":
+        return "b"
+    if k == "UNKNOWN":
+        return "u"
+    if k == "VARCHAR":
+        return "l"
+    raise _Decline(f"{t} values are not held in registers")
+
+
+_ZERO = {"i": "0", "f": "0.0", "b": "False", "l": "-1", "u": "0"}
+
+
+class _Gen:
+    """Generates one function: a DEFINE predicate or an aggregate argument.
+
+    Every expression becomes statements leaving its value and NULL flag in
+    two fresh locals; the value local always holds its kind's type (int,
+    float or bool; labels are variable ids) so numba types it consistently.
+    """
+
+    def __init__(self, plan: _Plan, var: int):
+        self.plan = plan
+        self.v = var                      # the defining variable (pred) or -1 (argument)
+        self.lines: list = []
+        self.depth = 1
+        self.n = 0
+        self.err_stmt = "return {code}"
+        self.strings: dict = {}
+
+    # ----------------------------------------------------------- plumbing
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.depth + line)
+
+    def tmp(self) -> tuple:
+        self.n += 1
+        return f"t{self.n}", f"n{self.n}"
+
+    def fail(self, code: int) -> None:
+        self.emit(self.err_stmt.format(code=code))
+
+    def pred(self, e: A.Expr) -> str:
+        val, nul, kind = self.expr(e, None)
+        if kind == "u":
+            self.emit("return 0")
+        else:
+            if kind != "b":
+                raise _Decline("a DEFINE condition must be boolean")
+            self.emit(f"return 1 if (not {nul}) and {val} else 0")
+        head = (f"def pred_{self.v}(q, start, mno, lo, hi, R, F, di, icols, fcols, valid):")
+        return "\n".join([head] + self.lines)
+
+    def argument(self, e: A.Expr, fn: str) -> str:
+        self.v = -1
+        kind = _kind(e.type)
+        self.err_stmt = "return {code}, " + _ZERO[kind] + ", True"
+        val, nul, k2 = self.expr(e, "q")
+        if k2 == "u":
+            val, nul = _ZERO[kind], "True"
+        self.emit(f"return 0, {val}, {nul}")
+        head = f"def {fn}(q, v, mno, lo, hi, icols, fcols, valid):"
+        return "\n".join([head] + self.lines)
+
+    def label_of_current(self) -> str:
+        return str(self.v) if self.v >= 0 else "v"
+
+    def set_of(self, name: Optional[str]) -> Optional[frozenset]:
+        return None if name is None else self.plan.sets[name]
+
+    def last_row(self, name: Optional[str]) -> str:
+        """Code of the last row mapped to ``name`` so far (-1: none)."""
+        s = self.set_of(name)
+        if s is None or (self.v >= 0 and self.v in s):
+            return "q"
+        return f"R[di, {self.plan.layout.last_slot(s, 0)}]"
+
+    # --------------------------------------------------------- expressions
+    def expr(self, e: A.Expr, row: Optional[str]) -> tuple:
+        method = getattr(self, "_" + type(e).__name__, None)
+        if method is None:
+            raise _Decline(f"{type(e).__name__} expressions are not compiled")
+        return method(e, row)
+
+    def _Literal(self, e: A.Literal, row):
+        lt = e.literal_type
+        if lt == "null":
+            return "0", "True", "u"
+        if lt == "bigint":
+            if not K.INT64_MIN <= e.value <= K.INT64_MAX:
+                raise _Decline("an integer literal beyond 64 bits")
+            return f"({int(e.value)})", "False", "i"
+        if lt == "double":
+            v = float(e.value)
+            if math.isnan(v):
+                return "math.nan", "False", "f"
+            if math.isinf(v):
+                return ("math.inf" if v > 0 else "(-math.inf)"), "False", "f"
+            return f"({v!r})", "False", "f"
+        if lt == "boolean":
+            return ("True" if e.value else "False"), "False", "b"
+        if lt == "varchar":
+            return str(self.label_id(e.value)), "False", "l"
+        raise _Decline(f"{lt} literals are not compiled")
+
+    def label_id(self, text: str) -> int:
+        ids = self.plan.var_ids
+        if text in ids:
+            return ids[text]
+        # a string naming no variable equals no label, and other such strings by text only
+        return -2 - self.strings.setdefault(text, len(self.strings))
+
+    def _ColumnRef(self, e: A.ColumnRef, row):
+        kind = _kind(e.type)
+        if kind in ("l", "u"):
+            raise _Decline(f"{e.type} columns are not held in registers")
+        arr, idx, _ = self.plan.column(e.resolved, kind)
+        r = row if row is not None else self.last_row(e.var)
+        val, nul = self.tmp()
+        test = " != 0" if kind == "b" else ""
+        if r != "q" and not r.startswith("t"):
+            rr = self.tmp()[0]
+            self.emit(f"{rr} = {r}")
+            r = rr
+        if r == "q":
+            self.emit(f"{val} = {arr}[{idx}][q]{test}")
+            self.emit(f"{nul} = not {self.valid(arr, idx)}[q]")
+            return val, nul, kind
+        self.emit(f"if {r} < 0:")
+        self.emit(f"    {val} = {_ZERO[kind]}")
+        self.emit(f"    {nul} = True")
+        self.emit("else:")
+        self.emit(f"    {val} = {arr}[{idx}][{r}]{test}")
+        self.emit(f"    {nul} = not {self.valid(arr, idx)}[{r}]")
+        return val, nul, kind
+
+    def valid(self, arr: str, idx: int) -> str:
+        # validity rows: integer columns first, then doubles (numbered at the end)
+        return f"valid[__{'VI' if arr == 'icols' else 'VF'}{idx}__]"
+
+    def _Classifier(self, e: A.Classifier, row):
+        val, nul = self.tmp()
+        if row is not None:
+            if row != "q":
+                raise _Decline("CLASSIFIER at a row the registers do not keep")
+            self.emit(f"{val} = {self.label_of_current()}")
+            self.emit(f"{nul} = False")
+            return val, nul, "l"
+        s = self.set_of(e.var)
+        if s is None or (self.v >= 0 and self.v in s):
+            self.emit(f"{val} = {self.label_of_current()}")
+            self.emit(f"{nul} = False")
+            return val, nul, "l"
+        # the variable of the last row of S: the member whose last row is latest
+        best = self.tmp()[0]
+        self.emit(f"{val} = -1")
+        self.emit(f"{best} = -1")
+        for m in sorted(s):
+            slot = self.plan.layout.last_slot(frozenset([m]), 0)
+            self.emit(f"if R[di, {slot}] > {best}:")
+            self.emit(f"    {best} = R[di, {slot}]")
+            self.emit(f"    {val} = {m}")
+        self.emit(f"{nul} = {val} < 0")
+        return val, nul, "l"
+
+    def _MatchNumber(self, e, row):
+        return "mno", "False", "i"
+
+    def nav_row(self, e: A.Navigation) -> tuple:
+        """(code of the row the navigation lands on, -1 for none; static offset
+        of that row before the current one, or None when not static)."""
+        off = e.offset.value
+        if off > MAX_NAV_OFFSET and e.kind in ("FIRST", "LAST"):
+            raise _Decline(f"{e.kind} offsets beyond {MAX_NAV_OFFSET} are not kept in registers")
+        if off > 2**40:
+            raise _Decline("navigation offsets beyond 2**40")
+        t = self.tmp()[0]
+        if e.kind in ("FIRST", "LAST"):
+            s = self.set_of(_nav_var(e.arg))
+            if s is None:
+                if e.kind == "FIRST":
+                    self.emit(f"{t} = start + {off} if start + {off} <= q else -1")
+                    return t, None
+                self.emit(f"{t} = q - {off} if q - {off} >= start else -1")
+                return t, off
+            slot = (self.plan.layout.first_slot(s, off) if e.kind == "FIRST"
+                    else self.plan.layout.last_slot(s, off))
+            self.emit(f"{t} = R[di, {slot}]")
+            return t, None
+        if isinstance(e.arg, A.Navigation):
+            base, static = self.nav_row(e.arg)
+            static = None
+        else:
+            base = self.last_row(_nav_var(e.arg))
+            static = 0 if base == "q" else None
+        sign = "-" if e.kind == "PREV" else "+"
+        if static is not None:
+            static = off if e.kind == "PREV" else -off
+        self.emit(f"{t} = {base}")
+        self.emit(f"if {t} >= 0:")
+        self.emit(f"    {t} = {t} {sign} {off}")
+        self.emit(f"    if {t} < lo or {t} >= hi:")
+        self.emit(f"        {t} = -1")
+        return t, static
+
+    def _Navigation(self, e: A.Navigation, row):
+        if row is not None:
+            raise _Decline("navigation inside an aggregate")
+        inner = e.arg.arg if isinstance(e.arg, A.Navigation) else e.arg
+        has_classifier = any(isinstance(n, A.Classifier) for n in inner.walk())
+        if has_classifier:
+            return self.nav_classifier(e, inner)
+        kind = _kind(e.type)
+        r, _ = self.nav_row(e)
+        val, nul = self.tmp()
+        self.emit(f"if {r} < 0:")
+        self.emit(f"    {val} = {_ZERO[kind]}")
+        self.emit(f"    {nul} = True")
+        self.emit("else:")
+        self.depth += 1
+        iv, inn, ik = self.expr(inner, r)
+        if ik == "u":
+            iv, inn = _ZERO[kind], "True"
+        elif ik != kind:
+            raise _Decline("navigation result kind")
+        self.emit(f"{val} = {iv}")
+        self.emit(f"{nul} = {inn}")
+        self.depth -= 1
+        return val, nul, kind
+
+    def nav_classifier(self, e: A.Navigation, inner: A.Expr):
+        if not isinstance(inner, A.Classifier):
+            raise _Decline("CLASSIFIER inside an expression under navigation")
+        r, static = self.nav_row(e)
+        val, nul = self.tmp()
+        s = self.set_of(inner.var)
+        if static is not None:
+            # a fixed distance before the current row: the label history
+            if static < 0:
+                self.emit(f"{val} = -1")
+            elif static == 0:
+                self.emit(f"{val} = {self.label_of_current()} if {r} >= 0 else -1")
+            elif static > MAX_LABEL_HISTORY:
+                raise _Decline(f"CLASSIFIER more than {MAX_LABEL_HISTORY} rows back")
+            else:
+                slot = self.plan.layout.lab_slot(static)
+                self.plan.layout.lab_slot(0)
+                self.emit(f"{val} = R[di, {slot}] if {r} >= 0 else -1")
+            self.emit(f"{nul} = {val} < 0")
+            return val, nul, "l"
+        if s is not None and len(s) == 1 and e.kind in ("FIRST", "LAST") \
+                and not isinstance(e.arg, A.Navigation):
+            (w,) = tuple(s)
+            self.emit(f"{val} = {w} if {r} >= 0 else -1")
+            self.emit(f"{nul} = {val} < 0")
+            return val, nul, "l"
+        if s is not None and len(s) == 1 and e.kind in ("PREV", "NEXT") and \
+                e.offset.value == 0 and not isinstance(e.arg, A.Navigation):
+            (w,) = tuple(s)
+            self.emit(f"{val} = {w} if {r} >= 0 else -1")
+            self.emit(f"{nul} = {val} < 0")
+            return val, nul, "l"
+        raise _Decline("CLASSIFIER at a row the registers do not keep")
+
+    def _Aggregate(self, e: A.Aggregate, row):
+        if row is not None:
+            raise _Decline("aggregate inside navigation")
+        L = self.plan.layout
+        s = self.set_of(e.var)
+        val, nul = self.tmp()
+        if e.star:
+            if e.name != "COUNT":
+                raise _Decline(f"{e.name}(*)")
+            if s is None:
+                self.emit(f"{val} = q - start + 1")
+            else:
+                self.emit(f"{val} = R[di, {L.count_slot(s)}]")
+            self.emit(f"{nul} = False")
+            return val, nul, "i"
+        if e.distinct:
+            raise _Decline("DISTINCT aggregates need every value seen, not registers")
+        if e.name not in _AGGREGATES:
+            raise _Decline(f"{e.name} needs every value seen, not registers")
+        agg = L.aggs.get(e)
+        if agg is None:
+            arg = e.args[0]
+            akind = _kind(arg.type)
+            name = e.name
+            if name in ("SUM", "AVG", "MIN", "MAX") and akind not in ("i", "f", "u"):
+                raise _Decline(f"{name} over {arg.type}")
+            if name in ("COUNT_IF", "BOOL_AND", "BOOL_OR", "EVERY") and akind not in ("b", "u"):
+                raise _Decline(f"{name} over {arg.type}")
+            if name == "ANY_VALUE" and akind not in ("i", "f", "b", "u"):
+                raise _Decline(f"{name} over {arg.type}")
+            fn = f"arg_{len(L.aggs)}"
+            agg = _Agg(e, s, akind, fn)
+            agg.err = L.int_slot(0)
+            agg.n = L.int_slot(0)
+            if name in ("SUM", "AVG"):
+                if akind == "i":
+                    agg.ival, agg.ovf = L.int_slot(0), L.int_slot(0)
+                else:
+                    agg.fval, agg.fc = L.float_slot(0.0), L.float_slot(0.0)
+            elif name in ("MIN", "MAX", "ANY_VALUE"):
+                if akind == "f":
+                    agg.fval = L.float_slot(0.0)
+                else:
+                    agg.ival = L.int_slot(0)
+            elif name in ("BOOL_AND", "EVERY"):
+                agg.ival = L.int_slot(1)
+            elif name == "BOOL_OR":
+                agg.ival = L.int_slot(0)
+            if akind != "u":
+                self.plan.arg_sources.append(_Gen(self.plan, -1).argument(arg, fn))
+            L.aggs[e] = agg
+        kind = _kind(e.type)
+        self.emit(f"if R[di, {agg.err}] != 0:")
+        self.emit(f"    return R[di, {agg.err}]")
+        n = f"R[di, {agg.n}]"
+        name = e.name
+        if name in ("COUNT", "COUNT_IF"):
+            self.emit(f"{val} = {n}")
+            self.emit(f"{nul} = False")
+            return val, nul, "i"
+        self.emit(f"{nul} = {n} == 0")
+        self.emit(f"if {nul}:")
+        self.emit(f"    {val} = {_ZERO[kind]}")
+        self.emit("else:")
+        if agg.kind == "u":
+            self.emit(f"    {val} = {_ZERO[kind]}")
+            return val, nul, kind
+        if name in ("SUM", "AVG") and agg.kind == "i":
+            self.emit(f"    if R[di, {agg.ovf}] != 0:")
+            self.emit(f"        return 3")
+            if name == "SUM":
+                self.emit(f"    {val} = R[di, {agg.ival}]")
+            else:
+                self.emit(f"    {val} = float(R[di, {agg.ival}]) / {n}")
+        elif name in ("SUM", "AVG"):
+            total = f"F[di, {agg.fval}]"
+            if _NEUMAIER:
+                c = f"F[di, {agg.fc}]"
+                self.emit(f"    {val} = {total} + {c} if ({c} != 0.0 and {c} - {c} == 0.0) "
+                          f"else {total}")
+            else:
+                self.emit(f"    {val} = {total}")
+            if name == "AVG":
+                self.emit(f"    {val} = {val} / {n}")
+        elif name in ("MIN", "MAX", "ANY_VALUE"):
+            if agg.kind == "f":
+                self.emit(f"    {val} = F[di, {agg.fval}]")
+            elif agg.kind == "b":
+                self.emit(f"    {val} = R[di, {agg.ival}] != 0")
+            else:
+                self.emit(f"    {val} = R[di, {agg.ival}]")
+        else:   # BOOL_AND / EVERY / BOOL_OR
+            self.emit(f"    {val} = R[di, {agg.ival}] != 0")
+        return val, nul, kind
+
+    # ------------------------------------------------------------ operators
+    def _Unary(self, e: A.Unary, row):
+        v, n, k = self.expr(e.operand, row)
+        val, nul = self.tmp()
+        if k == "u":
+            return "0", "True", "u"
+        if e.op == "NOT":
+            self.emit(f"{val} = not {v}")
+            self.emit(f"{nul} = {n}")
+            return val, nul, "b"
+        if e.op == "+":
+            return v, n, k
+        if k == "f":
+            self.emit(f"{val} = -{v}")
+            self.emit(f"{nul} = {n}")
+            return val, nul, k
+        if k != "i":
+            raise _Decline("unary minus of a non-number")
+        self.emit(f"{nul} = {n}")
+        self.emit(f"{val} = 0")
+        self.emit(f"if not {n}:")
+        self.emit(f"    {val}, ok = neg_i64({v})")
+        self.emit(f"    if not ok:")
+        self.depth += 2
+        self.fail(2)
+        self.depth -= 2
+        return val, nul, k
+
+    def _Binary(self, e: A.Binary, row):
+        if e.op in ("AND", "OR"):
+            return self.logic(e, row)
+        lv, ln, lk = self.expr(e.left, row)
+        rv, rn, rk = self.expr(e.right, row)
+        if e.op in _CMP:
+            return self.compare(e.op, lv, ln, lk, rv, rn, rk)
+        if e.op == "||":
+            raise _Decline("string concatenation")
+        kind = _kind(e.type)
+        if lk == "u" or rk == "u":
+            return _ZERO[kind], "True", kind if kind != "l" else "u"
+        val, nul = self.tmp()
+        self.emit(f"{nul} = {ln} or {rn}")
+        self.emit(f"{val} = {_ZERO[kind]}")
+        self.emit(f"if not {nul}:")
+        self.depth += 1
+        if kind == "f":
+            a = f"float({lv})" if lk == "i" else lv
+            b = f"float({rv})" if rk == "i" else rv
+            if lk not in ("i", "f") or rk not in ("i", "f"):
+                raise _Decline("arithmetic on non-numbers")
+            expr = {"+": f"{a} + {b}", "-": f"{a} - {b}", "*": f"{a} * {b}",
+                    "/": f"div_f64({a}, {b})", "%": f"mod_f64({a}, {b})"}[e.op]
+            self.emit(f"{val} = {expr}")
+        elif kind == "i":
+            if lk != "i" or rk != "i":
+                raise _Decline("arithmetic on non-integers")
+            fn = {"+": "add_i64({a}, {b})", "-": "sub_i64({a}, {b})", "*": "mul_i64({a}, {b})",
+                  "/": "div_i64({a}, {b}, False)", "%": "div_i64({a}, {b}, True)"}[e.op]
+            self.emit(f"{val}, ok = {fn.format(a=lv, b=rv)}")
+            self.emit("if not ok:")
+            self.depth += 1
+            self.fail(2)
+            self.depth -= 1
+        else:
+            raise _Decline(f"{e.type} arithmetic")
+        self.depth -= 1
+        return val, nul, kind
+
+    def logic(self, e: A.Binary, row):
+        is_and = e.op == "AND"
+        lv, ln, lk = self.expr(e.left, row)
+        val, nul = self.tmp()
+        if lk == "u":
+            lv, ln = "False", "True"
+        elif lk != "b":
+            raise _Decline("AND/OR of non-booleans")
+        decided = f"(not {ln}) and (not {lv})" if is_and else f"(not {ln}) and {lv}"
+        self.emit(f"if {decided}:")
+        self.emit(f"    {val} = {'False' if is_and else 'True'}")
+        self.emit(f"    {nul} = False")
+        self.emit("else:")
+        self.depth += 1
+        rv, rn, rk = self.expr(e.right, row)
+        if rk == "u":
+            rv, rn = "False", "True"
+        elif rk != "b":
+            raise _Decline("AND/OR of non-booleans")
+        rdecided = f"(not {rn}) and (not {rv})" if is_and else f"(not {rn}) and {rv}"
+        self.emit(f"if {rdecided}:")
+        self.emit(f"    {val} = {'False' if is_and else 'True'}")
+        self.emit(f"    {nul} = False")
+        self.emit(f"elif {ln} or {rn}:")
+        self.emit(f"    {val} = False")
+        self.emit(f"    {nul} = True")
+        self.emit("else:")
+        self.emit(f"    {val} = {'True' if is_and else 'False'}")
+        self.emit(f"    {nul} = False")
+        self.depth -= 1
+        return val, nul, "b"
+
+    def compare(self, op, lv, ln, lk, rv, rn, rk):
+        """SQL comparison (interpreter.compare) of two generated values."""
+        if lk == "u" or rk == "u":
+            return "False", "True", "b"
+        val, nul = self.tmp()
+        self.emit(f"{nul} = {ln} or {rn}")
+        self.emit(f"{val} = False")
+        self.emit(f"if not {nul}:")
+        self.depth += 1
+        if lk == rk and lk in ("i", "f", "b"):
+            self.emit(f"{val} = {lv} {_PY_CMP[op]} {rv}")
+        elif lk == rk == "l":
+            if op not in ("=", "<>"):
+                raise _Decline("ordering comparisons of strings")
+            self.emit(f"{val} = {lv} {_PY_CMP[op]} {rv}")
+        elif {lk, rk} == {"i", "f"}:
+            if lk == "i":
+                self.emit(f"{val}, ok = cmp_if({_CMP[op]}, {lv}, {rv})")
+            else:
+                flipped = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}[op]
+                self.emit(f"{val}, ok = cmp_if({_CMP[flipped]}, {rv}, {lv})")
+            self.emit("if not ok:")
+            self.depth += 1
+            self.fail(3)
+            self.depth -= 1
+        else:
+            raise _Decline(f"comparison of {lk} with {rk} values")
+        self.depth -= 1
+        return val, nul, "b"
+
+    def _Between(self, e: A.Between, row):
+        v = self.expr(e.operand, row)
+        lo = self.expr(e.low, row)
+        hi = self.expr(e.high, row)
+        gv, gn, _ = self.compare(">=", *v, *lo)
+        lv, ln, _ = self.compare("<=", *v, *hi)
+        val, nul = self.tmp()
+        # _and3 then NOT BETWEEN negates a non-NULL result
+        self.emit(f"if ((not {gn}) and (not {gv})) or ((not {ln}) and (not {lv})):")
+        self.emit(f"    {val} = False")
+        self.emit(f"    {nul} = False")
+        self.emit(f"elif {gn} or {ln}:")
+        self.emit(f"    {val} = False")
+        self.emit(f"    {nul} = True")
+        self.emit("else:")
+        self.emit(f"    {val} = True")
+        self.emit(f"    {nul} = False")
+        if e.negated:
+            self.emit(f"{val} = (not {val}) if not {nul} else False")
+        return val, nul, "b"
+
+    def _InList(self, e: A.InList, row):
+        ov, on, ok_ = self.expr(e.operand, row)
+        val, nul = self.tmp()
+        if ok_ == "u":
+            return "False", "True", "b"
+        done = self.tmp()[0]
+        saw = self.tmp()[0]
+        self.emit(f"{val} = False")
+        self.emit(f"{nul} = {on}")
+        self.emit(f"{done} = {on}")
+        self.emit(f"{saw} = False")
+        for item in e.items:
+            self.emit(f"if not {done}:")
+            self.depth += 1
+            iv = self.expr(item, row)
+            cv, cn, _ = self.compare("=", ov, on, ok_, *iv)
+            self.emit(f"if (not {cn}) and {cv}:")
+            self.emit(f"    {val} = {'False' if e.negated else 'True'}")
+            self.emit(f"    {done} = True")
+            self.emit(f"elif {cn}:")
+            self.emit(f"    {saw} = True")
+            self.depth -= 1
+        self.emit(f"if not {done}:")
+        self.emit(f"    if {saw}:")
+        self.emit(f"        {nul} = True")
+        self.emit(f"    else:")
+        self.emit(f"        {val} = {'True' if e.negated else 'False'}")
+        return val, nul, "b"
+
+    def _IsNull(self, e: A.IsNull, row):
+        v, n, k = self.expr(e.operand, row)
+        val = self.tmp()[0]
+        self.emit(f"{val} = {'not ' if e.negated else ''}{n}")
+        return val, "False", "b"
+
+    def coerce(self, v, n, k, kind):
+        if k == "u":
+            return _ZERO[kind], "True"
+        if k == kind:
+            return v, n
+        if kind == "f" and k == "i":
+            t = self.tmp()[0]
+            self.emit(f"{t} = float({v})")
+            return t, n
+        raise _Decline(f"values of kinds {k} and {kind} mixed")
+
+    def _Case(self, e: A.Case, row):
+        kind = _kind(e.type)
+        val, nul = self.tmp()
+        self.emit(f"{val} = {_ZERO[kind]}")
+        self.emit(f"{nul} = True")
+        subject = self.expr(e.operand, row) if e.operand is not None else None
+        opened = 0
+        for cond, result in e.whens:
+            if subject is not None:
+                cv = self.expr(cond, row)
+                tv, tn, _ = self.compare("=", *subject, *cv)
+            else:
+                tv, tn, tk = self.expr(cond, row)
+                if tk == "u":
+                    tv, tn = "False", "True"
+            self.emit(f"if (not {tn}) and {tv}:")
+            self.depth += 1
+            rv, rn = self.coerce(*self.expr(result, row), kind)
+            self.emit(f"{val} = {rv}")
+            self.emit(f"{nul} = {rn}")
+            self.depth -= 1
+            self.emit("else:")
+            self.depth += 1
+            opened += 1
+        if e.else_ is not None:
+            rv, rn = self.coerce(*self.expr(e.else_, row), kind)
+            self.emit(f"{val} = {rv}")
+            self.emit(f"{nul} = {rn}")
+        else:
+            self.emit("pass")
+        self.depth -= opened
+        return val, nul, kind
+
+    def _Cast(self, e: A.Cast, row):
+        v, n, k = self.expr(e.operand, row)
+        dst = _kind(e.target)
+        if k == "u":
+            return _ZERO[dst], "True", dst
+        if k == dst and dst in ("i", "f", "b"):
+            return v, n, k
+        val = self.tmp()[0]
+        if dst == "f" and k in ("i", "b"):
+            self.emit(f"{val} = float({v})")
+        elif dst == "i" and k == "b":
+            self.emit(f"{val} = 1 if {v} else 0")
+        elif dst == "b" and k in ("i", "f"):
+            self.emit(f"{val} = {v} != 0")
+        else:
+            raise _Decline(f"CAST from {e.operand.type} to {e.target.sql_name()}")
+        return val, n, dst
+
+    def _Call(self, e: A.Call, row):
+        name = e.name
+        kind = _kind(e.type)
+        if name in ("ROUND", "LN", "LOG10", "EXP", "POWER", "POW"):
+            raise _Decline(f"{name} is evaluated through decimals or the C library")
+        args = [self.expr(a, row) for a in e.args]
+        val, nul = self.tmp()
+        if name == "COALESCE":
+            self.emit(f"{val} = {_ZERO[kind]}")
+            self.emit(f"{nul} = True")
+            for a in reversed(args):
+                v, n = self.coerce(*a, kind)
+                self.emit(f"if not {n}:")
+                self.emit(f"    {val} = {v}")
+                self.emit(f"    {nul} = False")
+            return val, nul, kind
+        if name == "NULLIF":
+            cv, cn, _ = self.compare("=", *args[0], *args[1])
+            v, n, k = args[0]
+            if k == "u":
+                return "0", "True", "u"
+            self.emit(f"{val} = {v}")
+            self.emit(f"{nul} = {n} or ((not {cn}) and {cv})")
+            return val, nul, k
+        if any(k == "u" for _, _, k in args):
+            return _ZERO[kind], "True", kind
+        if name == "MOD" and kind in ("i", "f"):
+            fake = A.Binary(pos=e.pos, op="%", left=e.args[0], right=e.args[1], type=e.type)
+            return self.binary_of(fake, args)
+        self.emit(f"{nul} = {' or '.join(n for _, n, _ in args)}")
+        self.emit(f"{val} = {_ZERO[kind]}")
+        self.emit(f"if not {nul}:")
+        self.depth += 1
+        x, _, xk = args[0]
+        if name in ("GREATEST", "LEAST"):
+            vals = [self.coerce(v, n, k, kind)[0] for v, n, k in args]
+            self.emit(f"{val} = {vals[0]}")
+            cmp = ">" if name == "GREATEST" else "<"
+            for v in vals[1:]:
+                self.emit(f"if {v} {cmp} {val}:")
+                self.emit(f"    {val} = {v}")
+        elif name == "ABS" and xk == "i":
+            self.emit(f"{val}, ok = ({x}, True) if {x} >= 0 else neg_i64({x})")
+            self.emit("if not ok:")
+            self.depth += 1
+            self.fail(2)
+            self.depth -= 1
+        elif name == "ABS" and xk == "f":
+            self.emit(f"{val} = abs({x})")
+        elif name == "SIGN" and xk in ("i", "f"):
+            s = f"(1 if {x} > 0 else 0) - (1 if {x} < 0 else 0)"
+            self.emit(f"{val} = float({s})" if xk == "f" else f"{val} = {s}")
+        elif name == "SQRT" and xk in ("i", "f"):
+            self.emit(f"{val} = sqrt_f64(float({x}))")
+        elif name in ("FLOOR", "CEIL", "CEILING") and xk in ("i", "f"):
+            if xk == "i":
+                self.emit(f"{val} = {x}")
+            else:
+                fn = "floor_f64" if name == "FLOOR" else "ceil_f64"
+                self.emit(f"{val} = {fn}({x})")
+        else:
+            raise _Decline(f"function {name} on these types")
+        self.depth -= 1
+        return val, nul, kind
+
+    def binary_of(self, e: A.Binary, args):
+        (lv, ln, lk), (rv, rn, rk) = args
+        kind = _kind(e.type)
+        val, nul = self.tmp()
+        self.emit(f"{nul} = {ln} or {rn}")
+        self.emit(f"{val} = {_ZERO[kind]}")
+        self.emit(f"if not {nul}:")
+        self.depth += 1
+        if kind == "f":
+            a = f"float({lv})" if lk == "i" else lv
+            b = f"float({rv})" if rk == "i" else rv
+            self.emit(f"{val} = mod_f64({a}, {b})")
+        else:
+            if lk != "i" or rk != "i":
+                raise _Decline("MOD of non-integers")
+            self.emit(f"{val}, ok = div_i64({lv}, {rv}, True)")
+            self.emit("if not ok:")
+            self.depth += 1
+            self.fail(2)
+            self.depth -= 1
+        self.depth -= 1
+        return val, nul, kind
+
+
+# ============================================================== execution
+
+def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
+    """(int columns, double columns, validity rows, fallback?) as the
+    generated code reads them; validity rows are named VI<k>/VF<k>."""
+    n = data.table.num_rows
+    ints, floats, valid_i, valid_f = [], [], [], []
+    for name, (arr, idx, kind) in sorted(plan.columns.items(), key=lambda x: (x[1][0], x[1][1])):
+        col = data.table.column(name)
+        if pa.types.is_dictionary(col.type):
+            col = pc.cast(col, col.type.value_type)
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        ok = np.ones(n, dtype=np.bool_) if col.null_count == 0 else \
+            np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+        if kind == "f":
+            values = np.asarray(pc.fill_null(col.cast(pa.float64()), 0.0).to_numpy(
+                zero_copy_only=False), dtype=np.float64)
+            floats.append(values)
+            valid_f.append(ok)
+        elif kind == "b":
+            values = np.asarray(pc.fill_null(col, False).to_numpy(zero_copy_only=False),
+                                dtype=np.int64)
+            ints.append(values)
+            valid_i.append(ok)
+        else:
+            if pa.types.is_unsigned_integer(col.type) and len(col) and \
+                    pc.max(col).as_py() is not None and pc.max(col).as_py() > K.INT64_MAX:
+                return None, None, None, True
+            values = np.asarray(pc.fill_null(col.cast(pa.int64()), 0).to_numpy(
+                zero_copy_only=False), dtype=np.int64)
+            ints.append(values)
+            valid_i.append(ok)
+    icols = np.stack(ints) if ints else np.zeros((1, n), dtype=np.int64)
+    fcols = np.stack(floats) if floats else np.zeros((1, n), dtype=np.float64)
+    valid = np.stack(valid_i + valid_f) if (valid_i or valid_f) else \
+        np.ones((1, n), dtype=np.bool_)
+    if not jit:
+        icols, fcols, valid = icols.tolist(), fcols.tolist(), valid.tolist()
+    return icols, fcols, valid, False
+
+
+class _Buffers:
+    def __init__(self, plan: _Plan, n_rows: int):
+        self.ki = max(1, len(plan.layout.init_i))
+        self.kf = max(1, len(plan.layout.init_f))
+        self.n_states = len(plan.op)
+        self.sizes = [64, 256, 1024, 1024, 1024, 4096]     # per K.B_* buffer
+        self.alloc()
+
+    def alloc(self):
+        t, p, s, lg, m, lb = self.sizes
+        i64 = np.int64
+        self.cur_state, self.cur_node, self.cur_reg = (np.zeros(t, i64) for _ in range(3))
+        self.nxt_state, self.nxt_node, self.nxt_reg = (np.zeros(t, i64) for _ in range(3))
+        self.pool_ai = np.zeros((p, self.ki), i64)
+        self.pool_bi = np.zeros((p, self.ki), i64)
+        self.pool_af = np.zeros((p, self.kf), np.float64)
+        self.pool_bf = np.zeros((p, self.kf), np.float64)
+        self.seen_stamp = np.full(self.n_states, -1, i64)
+        self.seen_head = np.zeros(self.n_states, i64)
+        self.ent_row = np.zeros(s, i64)
+        self.ent_next = np.zeros(s, i64)
+        self.stack = np.zeros(2 * self.n_states + 4, i64)
+        self.log_par = np.zeros(lg, i64)
+        self.log_var = np.zeros(lg, i64)
+        self.log_exc = np.zeros(lg, np.bool_)
+        self.m_part, self.m_num, self.m_start, self.m_end = (np.zeros(m, i64) for _ in range(4))
+        self.labels = np.zeros(lb, np.int16)
+        self.lexc = np.zeros(lb, np.bool_)
+        self.ctr = np.zeros(8, i64)
+
+    def grow(self, which: int):
+        self.sizes[which] *= 4
+        self.alloc()
+
+
+def _drive(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, fcols, valid,
+           jit: bool) -> MatchArrays:
+    offsets = np.asarray(data.partition_offsets, dtype=np.int64)
+    n_parts = len(offsets) - 1
+    buf = _Buffers(plan, data.table.num_rows)
+    init_i = np.array(plan.layout.init_i or [0], dtype=np.int64)
+    init_f = np.array(plan.layout.init_f or [0.0], dtype=np.float64)
+    chunks: list = []
+    part = 0
+    out_ctr = np.zeros(2, dtype=np.int64)
+    result = np.zeros(2, dtype=np.int64)
+    while part < n_parts:
+        b = buf
+        status, stop = kernel(
+            offsets, part, plan.start_state, plan.op, plan.out, plan.out2, plan.var, plan.excl,
+            plan.skip_kind, plan.skip_set, init_i, init_f, b.cur_state, b.cur_node, b.cur_reg,
+            b.nxt_state, b.nxt_node, b.nxt_reg, b.pool_ai, b.pool_af, b.pool_bi, b.pool_bf,
+            b.seen_stamp, b.seen_head, b.ent_row, b.ent_next, b.stack, b.log_par, b.log_var,
+            b.log_exc, b.ctr, icols, fcols, valid, b.m_part, b.m_num, b.m_start, b.m_end,
+            b.labels, b.lexc, out_ctr, result)
+        chunks.append(_take(buf, out_ctr))
+        out_ctr[:] = 0
+        if status == K.DONE:
+            break
+        if status == K.GROW:
+            buf.grow(int(buf.ctr[K.C_DETAIL]))
+            part = int(stop)
+            continue
+        # ERROR / FALLBACK / SKIP_ERROR: the reference engine decides this partition
+        chunks.append(MatchArrays.from_matches(_reference(query, data, [int(stop)])))
+        part = int(stop) + 1
+    return _concat(chunks)
+
+
+def _take(buf: _Buffers, out_ctr) -> MatchArrays:
+    m, nl = int(out_ctr[0]), int(out_ctr[1])
+    if m == 0:
+        return MatchArrays.empty()
+    start = buf.m_start[:m].copy()
+    end = buf.m_end[:m].copy()
+    offsets = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(end - start + 1, out=offsets[1:])
+    assert offsets[-1] == nl
+    return MatchArrays(buf.m_part[:m].copy(), buf.m_num[:m].copy(), start, end, offsets,
+                       buf.labels[:nl].copy(), buf.lexc[:nl].copy())
+
+
+def _concat(chunks: list) -> MatchArrays:
+    chunks = [c for c in chunks if len(c)]
+    if not chunks:
+        return MatchArrays.empty()
+    if len(chunks) == 1:
+        return chunks[0]
+    offsets = [np.zeros(1, dtype=np.int64)]
+    base = 0
+    for c in chunks:
+        offsets.append(c.label_offsets[1:] + base)
+        base += int(c.label_offsets[-1])
+    return MatchArrays(np.concatenate([c.partition for c in chunks]),
+                       np.concatenate([c.number for c in chunks]),
+                       np.concatenate([c.start for c in chunks]),
+                       np.concatenate([c.end for c in chunks]),
+                       np.concatenate(offsets),
+                       np.concatenate([c.labels for c in chunks]).astype(np.int16),
+                       np.concatenate([c.excluded for c in chunks]).astype(bool))
+
+
+def _reference(query: CheckedQuery, data: SortedInput, parts) -> list:
+    """The reference engine's matches (or error) for some partitions."""
+    from .reference import _PartitionMatcher, _referenced_columns
+    program = compile_nfa(query.pattern, query.primary_vars)
+    needed = _referenced_columns(query)
+    columns = {name: T.arrow_values(data.table.column(name), t)
+               for name, t in query.column_types.items() if name in needed}
+    interp = Interpreter(query, columns)
+    offsets = data.partition_offsets
+    out: list = []
+    for part in parts:
+        lo, hi = int(offsets[part]), int(offsets[part + 1])
+        out.extend(_PartitionMatcher(query, program, interp, part, lo, hi).run())
+    return out

@@ -1,0 +1,447 @@
+"""Pike VM whose threads carry registers: the body of the register engine.
+
+What: for each partition, the reference engine's match loop (search at the
+current row, record the match, resume per AFTER MATCH SKIP) with its Pike VM
+(priority-ordered threads, epsilon closure as a priority-ordered DFS entering
+each (state, thread content) once per step, lower-priority threads cut at
+MATCH, possessive ASSERT_NOT guards), except that a thread carries a
+fixed-size row of registers (int64 and float64) instead of its path. Two
+threads in the same NFA state merge (the higher-priority one stays) only when
+their registers are equal: the DEFINE conditions read nothing else, so every
+future evaluation is then equal. Labels come from a back-pointer log (parent
+node, variable, excluded mark), one node per consumed row, reset per search.
+
+The query-specific parts are two generated functions reached as globals:
+``APPLY(v, q, ...)`` updates a register row for "row q is mapped to v" and
+``PRED(v, q, ...)`` evaluates DEFINE of v at row q on an updated row
+(0 false, 1 true, 2 the interpreter raises, 3 not representable here: the
+host reruns that partition with the reference engine, which produces the
+exact result or error). gpu_mr/engines/registers.py generates them and
+clones these bodies with them as globals, then runs the clones as plain
+Python (small inputs) or compiled with ``numba.njit``.
+
+Buffers are fixed arrays passed in; when one is too small the kernel stops
+with GROW and which buffer, and the host enlarges it and reruns the partition.
+Cost: O(rows scanned x live threads x (registers + DEFINE cost)) per search.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+CONSUME, SPLIT, EPS, ASSERT_START, ASSERT_END, MATCH, ASSERT_NOT = range(7)
+
+# kernel status
+DONE = 0
+ERROR = 2          # the interpreter raises here: rerun with the reference engine
+FALLBACK = 3       # a value leaves what registers represent exactly: rerun likewise
+GROW = 4           # a buffer is full (detail says which)
+SKIP_ERROR = 5     # AFTER MATCH SKIP TO ... cannot resume: rerun for the exact error
+
+# which buffer to grow
+B_THREADS, B_POOL, B_SEEN, B_LOG, B_MATCHES, B_LABELS = range(6)
+
+# counters (one int64 array so helper calls need not return them)
+C_NXT, C_ENT, C_POOL, C_LOG, C_STAMP, C_DETAIL = range(6)
+
+SKIP_PAST_LAST_ROW, SKIP_TO_NEXT_ROW, SKIP_TO_FIRST, SKIP_TO_LAST = range(4)
+
+INT64_MIN = -9223372036854775808
+INT64_MAX = 9223372036854775807
+
+
+# ----------------------------------------------------------- arithmetic helpers
+# Exact int64 operations with the interpreter's rules; ok False means the
+# interpreter raises (overflow, division by zero). They never overflow
+# themselves, so they give the same results as plain Python ints and as numba.
+
+def add_i64(a, b):
+    if (b > 0 and a > INT64_MAX - b) or (b < 0 and a < INT64_MIN - b):
+        return 0, False
+    return a + b, True
+
+
+def sub_i64(a, b):
+    if (b < 0 and a > INT64_MAX + b) or (b > 0 and a < INT64_MIN + b):
+        return 0, False
+    return a - b, True
+
+
+def tdiv(x, y):
+    """Truncating division of int64s (y != 0, never INT64_MIN by -1)."""
+    q = x // y
+    if q < 0 and q * y != x:
+        q += 1
+    return q
+
+
+def mul_i64(a, b):
+    if a == 0 or b == 0:
+        return 0, True
+    if a > 0:
+        if b > 0:
+            if a > tdiv(INT64_MAX, b):
+                return 0, False
+        elif b < tdiv(INT64_MIN, a):
+            return 0, False
+    else:
+        if b > 0:
+            if a < tdiv(INT64_MIN, b):
+                return 0, False
+        elif b < tdiv(INT64_MAX, a):
+            return 0, False
+    return a * b, True
+
+
+def div_i64(a, b, want_rem):
+    """Truncating division (or its remainder); ok False on b == 0 or overflow."""
+    if b == 0:
+        return 0, False
+    if b == -1:
+        if want_rem:
+            return 0, True
+        if a == INT64_MIN:
+            return 0, False
+        return -a, True
+    q = a // b
+    if q < 0 and q * b != a:
+        q += 1
+    if want_rem:
+        return a - b * q, True
+    return q, True
+
+
+def neg_i64(a):
+    if a == INT64_MIN:
+        return 0, False
+    return -a, True
+
+
+def div_f64(a, b):
+    if b == 0.0:
+        if a == 0.0 or a != a:
+            return math.nan
+        return math.copysign(math.inf, a) * math.copysign(1.0, b)
+    return a / b
+
+
+def mod_f64(a, b):
+    if b == 0.0:
+        return math.nan
+    return math.fmod(a, b)
+
+
+def sqrt_f64(x):
+    if x < 0.0:
+        return math.nan
+    return math.sqrt(x)
+
+
+def floor_f64(x):
+    if x != x or x == math.inf or x == -math.inf:
+        return x
+    return float(np.floor(x))
+
+
+def ceil_f64(x):
+    if x != x or x == math.inf or x == -math.inf:
+        return x
+    return float(np.ceil(x))
+
+
+_EXACT = 9007199254740992  # 2**53: every int up to it converts to double exactly
+
+
+def cmp_if(op, i, f):
+    """Exact comparison of an int64 with a double, as Python compares them:
+    (result, ok); ok False when |i| > 2**53 (the host falls back)."""
+    if f != f:
+        return op == 1, True
+    if i > _EXACT or i < -_EXACT:
+        return False, False
+    return cmp_ff(op, float(i), f), True
+
+
+def cmp_ff(op, a, b):
+    """op: 0 =, 1 <>, 2 <, 3 <=, 4 >, 5 >="""
+    if op == 0:
+        return a == b
+    if op == 1:
+        return a != b
+    if op == 2:
+        return a < b
+    if op == 3:
+        return a <= b
+    if op == 4:
+        return a > b
+    return a >= b
+
+
+def same_float(a, b):
+    if a != a:
+        return b != b
+    return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+# --------------------------------------------------------------------- the VM
+
+def regs_equal(pi, pf, r1, r2, ki, kf):
+    if r1 == r2:
+        return True
+    for k in range(ki):
+        if pi[r1, k] != pi[r2, k]:
+            return False
+    for k in range(kf):
+        if not same_float(pf[r1, k], pf[r2, k]):
+            return False
+    return True
+
+
+def copy_regs(si, sf, src, di, df, dst, ki, kf):
+    for k in range(ki):
+        di[dst, k] = si[src, k]
+    for k in range(kf):
+        df[dst, k] = sf[src, k]
+
+
+def closure(entry, node, row, q, lo, hi, start, mno, op, out, out2, var,
+            pi, pf, ki, kf, nxt_state, nxt_node, nxt_reg, seen_stamp, seen_head, ent_row,
+            ent_next, stack, ctr, icols, fcols, valid):
+    """Add the CONSUME/MATCH states reachable from ``entry`` at row ``q`` to
+    the next thread list, in priority order, each (state, registers) once per
+    step. Returns a status."""
+    stamp = ctr[C_STAMP]
+    sp = 0
+    stack[sp] = entry
+    sp += 1
+    while sp > 0:
+        sp -= 1
+        s = stack[sp]
+        if seen_stamp[s] != stamp:
+            seen_stamp[s] = stamp
+            seen_head[s] = -1
+        e = seen_head[s]
+        dup = False
+        while e >= 0:
+            if regs_equal(pi, pf, ent_row[e], row, ki, kf):
+                dup = True
+                break
+            e = ent_next[e]
+        if dup:
+            continue
+        n_ent = ctr[C_ENT]
+        if n_ent >= ent_row.shape[0]:
+            ctr[C_DETAIL] = B_SEEN
+            return GROW
+        ent_row[n_ent] = row
+        ent_next[n_ent] = seen_head[s]
+        seen_head[s] = n_ent
+        ctr[C_ENT] = n_ent + 1
+        o = op[s]
+        if o == SPLIT:
+            stack[sp] = out2[s]
+            stack[sp + 1] = out[s]
+            sp += 2
+        elif o == EPS:
+            stack[sp] = out[s]
+            sp += 1
+        elif o == ASSERT_START:
+            if q == lo:
+                stack[sp] = out[s]
+                sp += 1
+        elif o == ASSERT_END:
+            if q == hi:
+                stack[sp] = out[s]
+                sp += 1
+        elif o == ASSERT_NOT:
+            fails = True
+            if q < hi:
+                scratch = ctr[C_POOL]
+                if scratch >= pi.shape[0]:
+                    ctr[C_DETAIL] = B_POOL
+                    return GROW
+                copy_regs(pi, pf, row, pi, pf, scratch, ki, kf)
+                v = var[s]
+                APPLY(v, q, start, mno, lo, hi, pi, pf, scratch, icols, fcols, valid)
+                res = PRED(v, q, start, mno, lo, hi, pi, pf, scratch, icols, fcols, valid)
+                if res >= 2:
+                    return res
+                fails = res == 0
+            if fails:
+                stack[sp] = out[s]
+                sp += 1
+        else:
+            n = ctr[C_NXT]
+            if n >= nxt_state.shape[0]:
+                ctr[C_DETAIL] = B_THREADS
+                return GROW
+            nxt_state[n] = s
+            nxt_node[n] = node
+            nxt_reg[n] = row
+            ctr[C_NXT] = n + 1
+    return DONE
+
+
+def search(pos, mno, lo, hi, start_state, op, out, out2, var, excl, init_i, init_f, ki, kf,
+           cur_state, cur_node, cur_reg, nxt_state, nxt_node, nxt_reg, pool_ai, pool_af,
+           pool_bi, pool_bf, seen_stamp, seen_head, ent_row, ent_next, stack, log_par,
+           log_var, log_exc, ctr, icols, fcols, valid, result):
+    """The preferred match starting at ``pos``: result[0] = end (exclusive)
+    or -1, result[1] = its log node. Returns a status."""
+    ctr[C_STAMP] += 1
+    ctr[C_NXT] = 0
+    ctr[C_ENT] = 0
+    for k in range(ki):
+        pool_bi[0, k] = init_i[k]
+    for k in range(kf):
+        pool_bf[0, k] = init_f[k]
+    ctr[C_POOL] = 1
+    ctr[C_LOG] = 1
+    result[0] = -1
+    result[1] = 0
+    st = closure(start_state, 0, 0, pos, lo, hi, pos, mno, op, out, out2, var, pool_bi,
+                 pool_bf, ki, kf, nxt_state, nxt_node, nxt_reg, seen_stamp, seen_head, ent_row,
+                 ent_next, stack, ctr, icols, fcols, valid)
+    if st != DONE:
+        return st
+    # the next list becomes the current one
+    cur_state, nxt_state = nxt_state, cur_state
+    cur_node, nxt_node = nxt_node, cur_node
+    cur_reg, nxt_reg = nxt_reg, cur_reg
+    pool_ai, pool_bi = pool_bi, pool_ai
+    pool_af, pool_bf = pool_bf, pool_af
+    n_cur = ctr[C_NXT]
+    q = pos
+    while n_cur > 0:
+        ctr[C_STAMP] += 1
+        ctr[C_NXT] = 0
+        ctr[C_ENT] = 0
+        ctr[C_POOL] = 0
+        for t in range(n_cur):
+            s = cur_state[t]
+            if op[s] == MATCH:
+                result[0] = q
+                result[1] = cur_node[t]
+                break
+            if q >= hi:
+                continue
+            r = ctr[C_POOL]
+            if r >= pool_bi.shape[0]:
+                ctr[C_DETAIL] = B_POOL
+                return GROW
+            copy_regs(pool_ai, pool_af, cur_reg[t], pool_bi, pool_bf, r, ki, kf)
+            v = var[s]
+            APPLY(v, q, pos, mno, lo, hi, pool_bi, pool_bf, r, icols, fcols, valid)
+            res = PRED(v, q, pos, mno, lo, hi, pool_bi, pool_bf, r, icols, fcols, valid)
+            if res >= 2:
+                return res
+            if res == 1:
+                ctr[C_POOL] = r + 1
+                node = ctr[C_LOG]
+                if node >= log_par.shape[0]:
+                    ctr[C_DETAIL] = B_LOG
+                    return GROW
+                log_par[node] = cur_node[t]
+                log_var[node] = v
+                log_exc[node] = excl[s]
+                ctr[C_LOG] = node + 1
+                st = closure(out[s], node, r, q + 1, lo, hi, pos, mno, op, out, out2, var,
+                             pool_bi, pool_bf, ki, kf, nxt_state, nxt_node, nxt_reg,
+                             seen_stamp, seen_head, ent_row, ent_next, stack, ctr, icols,
+                             fcols, valid)
+                if st != DONE:
+                    return st
+        cur_state, nxt_state = nxt_state, cur_state
+        cur_node, nxt_node = nxt_node, cur_node
+        cur_reg, nxt_reg = nxt_reg, cur_reg
+        pool_ai, pool_bi = pool_bi, pool_ai
+        pool_af, pool_bf = pool_bf, pool_af
+        n_cur = ctr[C_NXT]
+        q += 1
+    return DONE
+
+
+def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, skip_kind,
+                   skip_set, init_i, init_f, cur_state, cur_node, cur_reg, nxt_state, nxt_node,
+                   nxt_reg, pool_ai, pool_af, pool_bi, pool_bf, seen_stamp, seen_head, ent_row,
+                   ent_next, stack, log_par, log_var, log_exc, ctr, icols, fcols, valid,
+                   m_part, m_num, m_start, m_end, labels, lexc, out_ctr, result):
+    """Match partitions ``first_part ..``; matches go to ``m_*`` (count in
+    out_ctr[0]) and their rows' labels to ``labels``/``lexc`` (count in
+    out_ctr[1]). Returns (status, partition): DONE, or the partition where it
+    stopped (its output discarded) and why (detail in ctr[C_DETAIL])."""
+    ki = init_i.shape[0]
+    kf = init_f.shape[0]
+    n_parts = offsets.shape[0] - 1
+    for part in range(first_part, n_parts):
+        lo = offsets[part]
+        hi = offsets[part + 1]
+        m0 = out_ctr[0]
+        l0 = out_ctr[1]
+        pos = lo
+        number = 0
+        while pos < hi:
+            st = search(pos, number + 1, lo, hi, start_state, op, out, out2, var, excl, init_i,
+                        init_f, ki, kf, cur_state, cur_node, cur_reg, nxt_state, nxt_node,
+                        nxt_reg, pool_ai, pool_af, pool_bi, pool_bf, seen_stamp, seen_head,
+                        ent_row, ent_next, stack, log_par, log_var, log_exc, ctr, icols, fcols,
+                        valid, result)
+            if st != DONE:
+                out_ctr[0] = m0
+                out_ctr[1] = l0
+                return st, part
+            end = result[0]
+            if end < 0:
+                pos += 1
+                continue
+            number += 1
+            m = out_ctr[0]
+            length = end - pos
+            if m >= m_start.shape[0]:
+                ctr[C_DETAIL] = B_MATCHES
+                out_ctr[0] = m0
+                out_ctr[1] = l0
+                return GROW, part
+            if out_ctr[1] + length > labels.shape[0]:
+                ctr[C_DETAIL] = B_LABELS
+                out_ctr[0] = m0
+                out_ctr[1] = l0
+                return GROW, part
+            base = out_ctr[1]
+            node = result[1]
+            for i in range(length - 1, -1, -1):
+                labels[base + i] = log_var[node]
+                lexc[base + i] = log_exc[node]
+                node = log_par[node]
+            m_part[m] = part
+            m_num[m] = number
+            m_start[m] = pos
+            m_end[m] = end - 1
+            out_ctr[0] = m + 1
+            out_ctr[1] = base + length
+            if length == 0:
+                pos += 1
+            elif skip_kind == SKIP_PAST_LAST_ROW:
+                pos = end
+            elif skip_kind == SKIP_TO_NEXT_ROW:
+                pos = pos + 1
+            else:
+                target = -1
+                for i in range(length):
+                    if skip_set[labels[base + i]]:
+                        target = pos + i
+                        if skip_kind == SKIP_TO_FIRST:
+                            break
+                if target < 0 or target == pos:
+                    out_ctr[0] = m0
+                    out_ctr[1] = l0
+                    return SKIP_ERROR, part
+                pos = target
+    return DONE, n_parts
+
+
+KERNEL_FUNCTIONS = ("regs_equal", "copy_regs", "closure", "search", "run_partitions")
+HELPER_FUNCTIONS = ("tdiv", "add_i64", "sub_i64", "mul_i64", "div_i64", "neg_i64", "div_f64", "mod_f64",
+                    "sqrt_f64", "floor_f64", "ceil_f64", "cmp_if", "cmp_ff", "same_float")

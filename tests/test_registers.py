@@ -1,0 +1,257 @@
+"""The register engine (gpu_mr/engines/registers.py) against the reference engine.
+
+Unit tests for what it declines and for its building blocks, and a
+hypothesis differential test: random patterns, random state-dependent
+DEFINEs (the templates of tests/test_differential.py and more: aggregates,
+SUBSET references, FIRST/LAST, CLASSIFIER history, expressions that raise),
+random data, every AFTER MATCH SKIP mode; the matches (start, end, labels,
+exclusion marks, numbers) and the errors must be identical. A share of the
+generated queries must be supported, so the test cannot pass vacuously.
+CI runs a sample; GPU_MR_FULL_TESTS=1 runs many more.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpu_mr.analysis import analyze
+from gpu_mr.engines import registers as R
+from gpu_mr.engines.reference import ReferenceEngine
+from gpu_mr.errors import GpuMrError
+from gpu_mr.frames import sort_for_matching
+from gpu_mr.kernels import registers as K
+from gpu_mr.syntax import parse_clause
+
+from test_differential import ROW_LOCAL, STATEFUL, patterns
+
+FULL = os.environ.get("GPU_MR_FULL_TESTS") == "1"
+EXAMPLES = 3000 if FULL else 300
+
+VARS = ("A", "B", "C")
+MORE_STATEFUL = [
+    "AVG({v}.a) >= {k}", "MIN({w}.c) < c", "MAX(a) > {k}", "COUNT({w}.b) >= {k}",
+    "SUM(a) > {k}", "FIRST({w}.a, 1) <= a", "LAST(CLASSIFIER()) = '{w}'",
+    "PREV(CLASSIFIER(), 2) <> '{w}'", "CLASSIFIER({w}) = '{w}'", "U.a < a", "COUNT(U.*) <= {k}",
+    "LAST(U.b) IS NOT NULL", "{w}.a / (b - 1) >= 0", "SUM({w}.a * 2) / {k} >= 1",
+    "AVG(b + 0.5) < {k}", "COUNT_IF({w}.a > 1) < 2", "a * 1.0 > AVG({w}.c)",
+    "PREV({w}.a) = a", "NEXT({w}.c, 2) > {k}", "PREV(LAST({w}.a), 1) < a",
+    "{w}.a BETWEEN {k} AND 3", "{w}.b IN (1, {k}) OR FIRST(c) = {k}",
+    "CASE WHEN {w}.a > 1 THEN a ELSE -a END > MIN(b)", "COALESCE({w}.b, a) = {k}",
+    "ABS({w}.a - a) <= 1 AND NOT (COUNT(*) > 4)", "COALESCE(BOOL_OR({w}.a = {k}), FALSE) = FALSE",
+    "MATCH_NUMBER() + COUNT(*) < 5", "FIRST(CLASSIFIER({w})) = '{w}'",
+]
+DECLINED = ["COUNT(DISTINCT {w}.a) < 3", "ARRAY_AGG({w}.a) IS NULL", "STDDEV({w}.a) > 1"]
+
+
+@st.composite
+def queries(draw):
+    pattern = draw(patterns())
+    text = pattern.to_sql()
+    used = [v for v in VARS if v in text.replace("PERMUTE", "")]
+    subset = draw(st.lists(st.sampled_from(used), min_size=1, max_size=2, unique=True)) \
+        if used else []
+    templates = ROW_LOCAL + STATEFUL + MORE_STATEFUL * 2 + DECLINED
+    defines = []
+    for v in used:
+        if draw(st.integers(0, 3)) > 0:
+            t = draw(st.sampled_from(templates))
+            if "U." in t and not subset:
+                t = ROW_LOCAL[0]
+            w = draw(st.sampled_from(used))
+            k = draw(st.integers(0, 3))
+            defines.append(f"{v} AS {t.format(v=v, w=w, k=k)}")
+    skip = draw(st.sampled_from(["PAST LAST ROW", "TO NEXT ROW"] +
+                                [f"TO {fl} {v}" for fl in ("FIRST", "LAST")
+                                 for v in used + (["U"] if subset else [])]))
+    extra = draw(st.sampled_from([""] * 12 + [" ALL MATCHES", " WITHIN INTERVAL '2' SECOND"]))
+    within = extra if "WITHIN" in extra else ""
+    mode = extra if "WITHIN" not in extra else ""
+    subsets = f" SUBSET U = ({', '.join(subset)})" if subset else ""
+    return (f"PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP {skip}{mode} "
+            f"PATTERN ({text}){within}{subsets}"
+            + (f" DEFINE {', '.join(defines)}" if defines else ""))
+
+
+@st.composite
+def tables(draw):
+    n = draw(st.integers(0, 10))
+    small = st.one_of(st.none(), st.integers(0, 3)) if draw(st.booleans()) else st.integers(0, 3)
+    return pa.table({
+        "p": pa.array([draw(st.integers(0, 1)) for _ in range(n)], pa.int64()),
+        "ts": pa.array(list(itertools.accumulate(draw(st.integers(0, 2)) for _ in range(n))),
+                       pa.int64()).cast(pa.timestamp("s")),
+        "a": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),
+        "b": pa.array([draw(small) for _ in range(n)], pa.int64()),
+        "c": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),
+    })
+
+
+def _outcome(run):
+    try:
+        return [(m.partition, m.number, m.start, m.end, m.labels, m.excluded) for m in run()]
+    except GpuMrError as exc:
+        return ("error", type(exc).__name__, str(exc))
+
+
+def _compare(clause: str, table: pa.Table, jit: bool = False) -> bool:
+    """Compare with the reference engine; False when the query is declined."""
+    query = analyze(parse_clause(clause), table.schema)
+    reason = R.supports(query)
+    if reason is not None:
+        assert isinstance(reason, str) and reason
+        return False
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    want = _outcome(lambda: ReferenceEngine().find_matches(query, data))
+    got = _outcome(lambda: R.find_matches(query, data, jit=jit).to_matches())
+    assert got == want, f"\n{clause}\n{table.to_pydict()}\nregisters: {got}\nreference: {want}"
+    return True
+
+
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+_SUPPORTED = []
+
+
+@SETTINGS
+@given(queries(), tables())
+def test_register_engine_matches_reference(clause, table):
+    _SUPPORTED.append(_compare(clause, table))
+
+
+def test_a_good_share_of_generated_queries_is_supported():
+    if len(_SUPPORTED) < 50:
+        pytest.skip("runs after the differential test")
+    share = sum(_SUPPORTED) / len(_SUPPORTED)
+    assert share > 0.5, share
+
+
+# ------------------------------------------------------------------ unit tests
+
+def _query(clause: str, schema=None):
+    schema = schema or pa.schema([("p", pa.int64()), ("ts", pa.int64()), ("a", pa.int64()),
+                                  ("b", pa.int64()), ("c", pa.int64()), ("x", pa.float64()),
+                                  ("s", pa.string())])
+    return analyze(parse_clause(clause), schema)
+
+
+@pytest.mark.parametrize("define, reason", [
+    ("B AS COUNT(DISTINCT B.a) < 3", "DISTINCT"),
+    ("B AS ARRAY_AGG(B.a) IS NULL", "ARRAY_AGG"),
+    ("B AS s = 'x'", "VARCHAR"),
+    ("B AS ROUND(B.x) > A.x", "ROUND"),
+    ("B AS FIRST(CLASSIFIER(), 1) = 'A'", "CLASSIFIER"),
+])
+def test_declined_constructs_name_the_reason(define, reason):
+    q = _query(f"ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) DEFINE {define}")
+    got = R.supports(q)
+    assert got is not None and reason in got, got
+
+
+@pytest.mark.parametrize("extra", ["ALL MATCHES", "MAXIMAL MATCH", "INCREMENTAL MATCH"])
+def test_matching_modes_are_declined(extra):
+    q = _query(f"ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP PAST LAST ROW {extra} "
+               f"PATTERN (A B+) DEFINE B AS B.a > A.a")
+    assert "MATCH" in R.supports(q)
+
+
+def test_time_limits_and_skip_to_current_row_are_declined():
+    schema = pa.schema([("ts", pa.timestamp("s")), ("a", pa.int64())])
+    q = _query("ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) WITHIN INTERVAL '5' SECOND "
+               "DEFINE B AS B.a > A.a", schema)
+    assert "time limit" in R.supports(q)
+    q = _query("ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO CURRENT ROW "
+               "PATTERN (A B+) DEFINE B AS B.a > A.a", schema)
+    assert "CURRENT ROW" in R.supports(q)
+
+
+def test_int64_helpers_follow_python_integers():
+    rng = np.random.default_rng(5)
+    big = 2**63
+    values = [0, 1, -1, 2, -2, 3, 2**31, -2**32, big - 1, -big] + \
+        [int(x) for x in rng.integers(-big, big - 1, 200, dtype=np.int64)]
+    for a in values:
+        for b in values[:40]:
+            for fn, exact in ((K.add_i64, a + b), (K.sub_i64, a - b), (K.mul_i64, a * b)):
+                r, ok = fn(a, b)
+                assert ok == (-big <= exact < big) and (not ok or r == exact), (fn, a, b)
+            if b:
+                q = abs(a) // abs(b)
+                q = q if (a >= 0) == (b >= 0) else -q
+                for rem, exact in ((False, q), (True, a - b * q)):
+                    r, ok = K.div_i64(a, b, rem)
+                    assert ok == (-big <= exact < big) and (not ok or r == exact), (a, b, rem)
+
+
+def test_int_double_comparison_is_exact_or_falls_back():
+    assert K.cmp_if(0, 3, 3.0) == (True, True)
+    assert K.cmp_if(1, 3, float("nan")) == (True, True)
+    assert K.cmp_if(2, 3, float("nan")) == (False, True)
+    assert K.cmp_if(4, 2**53 + 1, float(2**53))[1] is False
+
+
+_TICKS_QUERIES = [
+    "PATTERN (A B C* D E* F+) DEFINE B AS price < PREV(price), C AS price < PREV(price), "
+    "D AS price > PREV(price), E AS price > PREV(price), F AS F.price > A.price",
+    "PATTERN (A B+ C) DEFINE B AS B.price < AVG(B.price) * 1.01, C AS C.price > A.price",
+    "AFTER MATCH SKIP TO LAST B PATTERN (A B+ C+) DEFINE B AS price < LAST(A.price) AND "
+    "COUNT(B.*) < 20, C AS price > MIN(B.price) + 0.5 * (FIRST(B.price) - MIN(B.price))",
+    "AFTER MATCH SKIP TO NEXT ROW PATTERN (A (B | C){2,4} D) DEFINE B AS PREV(CLASSIFIER()) "
+    "<> 'B' AND price < A.price, C AS price > A.price, D AS SUM(volume) > 300",
+]
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("body", _TICKS_QUERIES)
+def test_tick_queries_equal_reference(body, jit):
+    pytest.importorskip("numba") if jit else None
+    from gpu_mr.demo import generate_ticks
+    table = generate_ticks(rows=1500, symbols=3, seed=7)
+    clause = "PARTITION BY symbol ORDER BY ts MEASURES COUNT(*) AS n " + body
+    q = analyze(parse_clause(clause), table.schema)
+    assert R.supports(q) is None
+    data = sort_for_matching(table, q.partition_columns, q.order_keys)
+    want = ReferenceEngine().find_matches(q, data)
+    got = R.find_matches(q, data, jit=jit)
+    assert got.to_matches() == want
+    assert len(want) > 0
+
+
+def test_errors_and_skip_errors_are_the_reference_engines():
+    table = pa.table({"ts": pa.array(range(6), pa.int64()), "a": pa.array([1, 2, 3, 1, 2, 3]),
+                      "b": pa.array([1, 1, 0, 1, 1, 1])})
+    for clause in [
+        "ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) DEFINE B AS A.a / b > 0",
+        "ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) DEFINE B AS SUM(B.a / B.b) > 0",
+        "ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO FIRST A PATTERN (A B+) "
+        "DEFINE B AS B.a > A.a",
+        "ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO LAST C PATTERN (A B+ C?) "
+        "DEFINE B AS B.a > A.a",
+    ]:
+        q = analyze(parse_clause(clause), table.schema)
+        assert R.supports(q) is None, clause
+        data = sort_for_matching(table, q.partition_columns, q.order_keys)
+        want = _outcome(lambda: ReferenceEngine().find_matches(q, data))
+        got = _outcome(lambda: R.find_matches(q, data).to_matches())
+        assert want[0] == "error" and got == want, (clause, got, want)
+
+
+def test_buffers_grow_for_long_matches_and_many_threads():
+    n = 3000
+    table = pa.table({"ts": pa.array(range(n), pa.int64()),
+                      "a": pa.array(np.arange(n) % 7, pa.int64())})
+    clause = ("ORDER BY ts MEASURES COUNT(*) AS n PATTERN ((A | B)* C) "
+              "DEFINE A AS COUNT(A.*) < 40, B AS a <> 3, C AS LAST(A.a) = a")
+    q = analyze(parse_clause(clause), table.schema)
+    assert R.supports(q) is None
+    data = sort_for_matching(table, q.partition_columns, q.order_keys)
+    want = ReferenceEngine().find_matches(q, data)
+    got = R.find_matches(q, data, jit=False)
+    assert got.to_matches() == want and len(want) > 0
