@@ -6,7 +6,7 @@ matches the reference engine finds, from dense DFA tables
 dies, remembering the last position where a match ended; report (start, end
 exclusive); resume per AFTER MATCH SKIP (after an empty match or no match:
 the next row). SKIP TO FIRST/LAST v needs the match's mapping, so the scan
-recovers it (``recover_path``) to find the row to resume at. A second kernel
+recovers it (``recover_paths``) to find the row to resume at. A second kernel
 recovers the mapping of every reported match, one independent job per match.
 The specification of the scan is ``gpu_mr.pattern.dfa.match_spans``.
 
@@ -52,40 +52,46 @@ ERR_SKIP_TO_FIRST_ROW = 2    # SKIP TO ... lands on the match's first row: endle
 MEMO_MIN_ROWS = 16
 
 
-def recover_path(classes, s, e, part_start, hi, trans, start_first, start_other, parent_thread,
-                 parent_inst, match_thread, end_thread, inst_var, inst_excluded, states,
-                 labels, excluded, out):
-    """Write the variable id and ``{- -}`` mark of rows ``s .. e-1`` of the
-    match ``[s, e)`` at ``labels[out ...]`` / ``excluded[out ...]``;
-    ``states[out ...]`` is scratch of the same length. ``part_start`` is the
-    partition's first row (-1 when it lies before the rows at hand), ``hi``
-    its end."""
-    if e <= s:
-        return
-    state = start_first if s == part_start else start_other
-    for q in range(s, e):
-        states[out + q - s] = state
-        state = trans[state, classes[q]]
-    if e == hi:
-        thread = end_thread[state]
-    else:
-        thread = match_thread[state, classes[e]]
-    for q in range(e - 1, s - 1, -1):
-        before = states[out + q - s]
-        c = classes[q]
-        inst = parent_inst[before, c, thread]
-        labels[out + q - s] = inst_var[inst]
-        excluded[out + q - s] = inst_excluded[inst]
-        thread = parent_thread[before, c, thread]
+def recover_paths(classes, first, last, match_part_start, match_hi, starts, ends, out_at,
+                  trans, start_first, start_other, parent_thread, parent_inst, match_thread,
+                  end_thread, inst_var, inst_excluded, states, labels, excluded):
+    """For matches ``first .. last-1`` (``[starts[i], ends[i])``, partition
+    starting at ``match_part_start[i]`` -- -1 when it lies before the rows at
+    hand -- and ending at ``match_hi[i]``), write each row's variable id and
+    ``{- -}`` mark at ``labels[out_at[i] ...]`` / ``excluded[...]``;
+    ``states[out_at[i] ...]`` is scratch of the same length. A range, not one
+    match, so that the CPU amortises the call over many matches (a GPU thread
+    takes a range of one)."""
+    for i in range(first, last):
+        s = starts[i]
+        e = ends[i]
+        out = out_at[i]
+        if e <= s:
+            continue
+        state = start_first if s == match_part_start[i] else start_other
+        for q in range(s, e):
+            states[out + q - s] = state
+            state = trans[state, classes[q]]
+        if e == match_hi[i]:
+            thread = end_thread[state]
+        else:
+            thread = match_thread[state, classes[e]]
+        for q in range(e - 1, s - 1, -1):
+            before = states[out + q - s]
+            c = classes[q]
+            inst = parent_inst[before, c, thread]
+            labels[out + q - s] = inst_var[inst]
+            excluded[out + q - s] = inst_excluded[inst]
+            thread = parent_thread[before, c, thread]
 
 
-def make_scan_partition(recover_one):
+def make_scan_partition(recover_range):
     """The partition scan around a (plain or compiled) path recovery."""
-    def scan_partition(classes, lo, hi, part_start, open_end, trans, matched, end_accept,
+    def scan_partition(classes, lo, hi, part_start, open_end, trans, steps, end_accept,
                        start_first, start_other, skip_mode, skip_vars, parent_thread,
                        parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
                        out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
-                       err):
+                       slot_part_start, slot_hi, slot_out, err):
         """Scan rows ``lo .. hi-1`` of one partition; write its matches at
         slots ``lo, lo+1, ...`` of ``out_start`` / ``out_end``; return how
         many. ``part_start``: the partition's first row, or -1 when it lies
@@ -96,7 +102,8 @@ def make_scan_partition(recover_one):
         failing match) when AFTER MATCH SKIP TO a variable cannot resume.
         ``dead_state[r]`` is the dead-state memo (1 + a state from which no
         match follows at row r; 0 none), ``scratch_*`` room for one match's
-        path (SKIP TO a variable only); all are indexed by absolute row."""
+        path and ``slot_*`` its bounds (SKIP TO a variable only); all are
+        indexed by absolute row."""
         n_out = 0
         pos = lo
         memo_end = lo - 1               # dead_state holds nothing at or beyond this + 1
@@ -115,10 +122,9 @@ def make_scan_partition(recover_one):
                     break
                 if q <= memo_end and dead_state[q] == state + 1:
                     break                       # a failed search passed here: no match ahead
-                c = classes[q]
-                if matched[state, c]:
-                    best = q
-                state = trans[state, c]
+                step = steps[state, classes[q]]    # next state * 2 + (a match ends before q)
+                best = q if step & 1 else best
+                state = step >> 1
                 if state == 0:
                     break
                 q += 1
@@ -141,9 +147,13 @@ def make_scan_partition(recover_one):
             elif skip_mode == SKIP_PAST_LAST_ROW:
                 pos = best
             else:
-                recover_one(classes, pos, best, part_start, hi, trans, start_first, start_other,
-                            parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                            inst_excluded, scratch_states, scratch_labels, scratch_excluded, pos)
+                slot_part_start[slot] = part_start
+                slot_hi[slot] = hi
+                slot_out[slot] = pos
+                recover_range(classes, slot, slot + 1, slot_part_start, slot_hi, out_start,
+                              out_end, slot_out, trans, start_first, start_other, parent_thread,
+                              parent_inst, match_thread, end_thread, inst_var, inst_excluded,
+                              scratch_states, scratch_labels, scratch_excluded)
                 target = -1
                 for r in range(pos, best):
                     if (skip_vars >> scratch_labels[r]) & 1:
@@ -161,37 +171,46 @@ def make_scan_partition(recover_one):
 
 def make_scan_driver(scan_one, prange):
     """The loop over partitions (parallel where ``prange`` is numba's)."""
-    def scan_partitions(classes, scan_lo, scan_hi, part_start, open_end, trans, matched,
+    def scan_partitions(classes, scan_lo, scan_hi, part_start, open_end, trans, steps,
                         end_accept, start_first, start_other, skip_mode, skip_vars,
                         parent_thread, parent_inst, match_thread, end_thread, inst_var,
                         inst_excluded, out_start, out_end, counts, dead_state, scratch_states,
-                        scratch_labels, scratch_excluded, errors):
+                        scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
+                        errors):
         for p in prange(scan_lo.shape[0]):
             counts[p] = scan_one(classes, scan_lo[p], scan_hi[p], part_start[p], open_end[p],
-                                 trans, matched, end_accept, start_first, start_other,
+                                 trans, steps, end_accept, start_first, start_other,
                                  skip_mode, skip_vars,
                                  parent_thread, parent_inst, match_thread, end_thread, inst_var,
                                  inst_excluded, out_start, out_end, dead_state, scratch_states,
-                                 scratch_labels, scratch_excluded, errors[p])
+                                 scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+                                 slot_out, errors[p])
     return scan_partitions
 
 
-def make_recover_driver(recover_one, prange):
-    """Path recovery for every match, independently (parallel where numba's)."""
+# Matches per call of the recovery body on the CPU: enough to amortise the call.
+RECOVER_CHUNK = 4096
+
+
+def make_recover_driver(recover_range, prange):
+    """Path recovery for every match, in independent chunks (parallel where
+    ``prange`` is numba's)."""
     def recover_all(classes, match_part_start, match_hi, starts, ends, label_offsets, trans,
                     start_first, start_other, parent_thread, parent_inst, match_thread,
                     end_thread, inst_var, inst_excluded, states, labels, excluded):
-        for i in prange(starts.shape[0]):
-            recover_one(classes, starts[i], ends[i], match_part_start[i], match_hi[i], trans,
-                        start_first, start_other, parent_thread, parent_inst, match_thread,
-                        end_thread, inst_var, inst_excluded, states, labels, excluded,
-                        label_offsets[i])
+        n = starts.shape[0]
+        for chunk in prange((n + RECOVER_CHUNK - 1) // RECOVER_CHUNK):
+            first = chunk * RECOVER_CHUNK
+            recover_range(classes, first, min(n, first + RECOVER_CHUNK), match_part_start,
+                          match_hi, starts, ends, label_offsets, trans, start_first,
+                          start_other, parent_thread, parent_inst, match_thread, end_thread,
+                          inst_var, inst_excluded, states, labels, excluded)
     return recover_all
 
 
 # Plain Python: the reference for the kernel tests.
-scan_partitions = make_scan_driver(make_scan_partition(recover_path), range)
-recover_all = make_recover_driver(recover_path, range)
+scan_partitions = make_scan_driver(make_scan_partition(recover_paths), range)
+recover_all = make_recover_driver(recover_paths, range)
 _compiled: dict = {}
 
 # Below this many rows a parallel launch costs more than it saves.
@@ -214,7 +233,7 @@ def _cpu_kernels(parallel: bool = False):
         body = numba.njit(nogil=True, cache=True)
         driver = numba.njit(nogil=True, parallel=parallel, cache=True)
         loop = numba.prange if parallel else range
-        recover = body(recover_path)
+        recover = body(recover_paths)
         hit = (driver(make_scan_driver(body(make_scan_partition(recover)), loop)),
                driver(make_recover_driver(recover, loop)))
         _compiled[parallel] = hit
@@ -261,15 +280,18 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     scratch_states = np.empty(path_scratch, dtype=np.int32)
     scratch_labels = np.empty(path_scratch, dtype=np.int16)
     scratch_excluded = np.empty(path_scratch, dtype=np.uint8)
+    slot_part_start = np.empty(path_scratch, dtype=np.int64)
+    slot_hi = np.empty(path_scratch, dtype=np.int64)
+    slot_out = np.empty(path_scratch, dtype=np.int64)
     errors = np.zeros((n_parts, 3), dtype=np.int64)
     fn = (_cpu_kernels(n >= PARALLEL_MIN_ROWS and n_parts > 1)[0] if compiled
           else scan_partitions)
     t = tables
-    fn(classes, scan_lo, scan_hi, part_start, open_flags, t.trans, t.matched, t.end_accept,
+    fn(classes, scan_lo, scan_hi, part_start, open_flags, t.trans, t.steps, t.end_accept,
        np.int32(t.start_first), np.int32(t.start_other), np.int32(skip_mode),
        np.int64(skip_vars), t.parent_thread, t.parent_inst, t.match_thread, t.end_thread,
        t.inst_var, t.inst_excluded, out_start, out_end, counts, dead_state, scratch_states,
-       scratch_labels, scratch_excluded, errors)
+       scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors)
     # Compact the per-partition slot ranges (from each scan's first row) in order.
     partitions = np.repeat(np.arange(n_parts, dtype=np.int64), counts)
     base = np.zeros(n_parts + 1, dtype=np.int64)

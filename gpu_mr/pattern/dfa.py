@@ -170,8 +170,9 @@ class Dfa:
         insts = self.program.insts
         inst_var = np.array([i.var for i in insts], dtype=np.int16)
         inst_excluded = np.array([i.excluded for i in insts], dtype=np.uint8)
+        steps = trans * 2 + matched
         return DfaTables(trans, matched, end_accept, start_first, start_other, parent_thread,
-                         parent_inst, match_thread, end_thread, inst_var, inst_excluded)
+                         parent_inst, match_thread, end_thread, inst_var, inst_excluded, steps)
 
     def explore(self, classes) -> int:
         """Build every state reachable on ``classes``; return the state count."""
@@ -202,7 +203,8 @@ class DfaTables:
     CONSUME instruction it took; ``match_thread[state, class index]`` and
     ``end_thread[state]`` the thread that reached MATCH (-1: none);
     ``inst_var`` / ``inst_excluded`` the variable id and ``{- -}`` mark of
-    each instruction.
+    each instruction. ``steps`` packs ``trans`` and ``matched`` for the scan's
+    hot loop (one lookup per row).
     """
     trans: np.ndarray
     matched: np.ndarray
@@ -215,6 +217,7 @@ class DfaTables:
     end_thread: np.ndarray
     inst_var: np.ndarray
     inst_excluded: np.ndarray
+    steps: np.ndarray = None      # trans * 2 + matched: the scan's one lookup per row
 
     @property
     def n_states(self) -> int:
