@@ -217,3 +217,36 @@ def test_unsupported_constructs_are_named():
             gpu_mr.match_recognize(t, clause, engine="cpu")
         assert words in str(info.value)
         assert gpu_mr.match_recognize(t, clause).num_rows >= 1      # auto still answers
+
+
+OUTPUT_MODES = ["ONE ROW PER MATCH", "ALL ROWS PER MATCH", "ALL ROWS PER MATCH OMIT EMPTY MATCHES",
+                "ALL ROWS PER MATCH WITH UNMATCHED ROWS"]
+MEASURE_SETS = [
+    "COUNT(*) AS n, MATCH_NUMBER() AS mno, CLASSIFIER() AS cls",
+    "FIRST(a) AS fa, LAST(U.b) AS lb, FINAL LAST(c) AS fc, FIRST(U.c, 1) AS f1",
+    "SUM(U.a) AS sa, FINAL MAX(b) AS mb, AVG(c) AS ac, COUNT(U.b) AS nb",
+    "PREV(FIRST(a), 1) AS pf, NEXT(LAST(U.c), 2) AS nl, LAST(a) - FIRST(c) AS d",
+]
+
+
+@settings(max_examples=1000 if FULL else 120, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(row_local_clauses(), tables(), st.sampled_from(OUTPUT_MODES),
+       st.sampled_from(MEASURE_SETS))
+def test_public_outputs_equal_reference(clause, table, rows, measures):
+    """End to end: output tables (every measure form, every output mode) of
+    engine='cpu' and engine='reference' are equal, or both raise alike."""
+    if " U" not in clause.split("PATTERN")[1]:
+        measures = measures.replace("U.", "")
+    clause = clause.replace("MEASURES COUNT(*) AS n", f"MEASURES {measures} {rows}")
+    results = []
+    for engine in ("reference", "cpu"):
+        try:
+            results.append(gpu_mr.match_recognize(table, clause, engine=engine))
+        except GpuMrError as exc:
+            results.append((type(exc).__name__, str(exc)))
+    want, got = results
+    if isinstance(want, tuple) or isinstance(got, tuple):
+        assert got == want, clause
+    else:
+        assert got.equals(want), f"\n{clause}\n{got.to_pylist()}\n{want.to_pylist()}"
