@@ -27,7 +27,9 @@ def render(report: dict) -> str:
            f"Machine: {env['host_kind']} ({env.get('cpu_model') or 'unknown CPU'}); "
            f"Python {env['python']}, numpy {env['numpy']}, pyarrow {env['pyarrow']}, "
            f"numba {env.get('numba')}; gpu_mr commit {env.get('git') or 'unknown'}; "
-           f"run started {report['started_utc']}, took {report['elapsed_seconds']:.0f} s.", ""]
+           f"run started {report['started_utc']}, took {report['elapsed_seconds']:.0f} s; "
+           f"load average at the end (1/5/15 min): "
+           f"{env.get('load_average_1_5_15_min') or 'unknown'}.", ""]
     s = report["settings"]
     out += [f"Reference engine on the first {s['ref_rows']:,} rows of each dataset; "
             f"{', '.join(engines)} on the whole dataset, best of {s['repeat']}.", ""]

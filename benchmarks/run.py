@@ -398,6 +398,10 @@ def environment() -> dict:
     env = {"host_kind": host_kind(), "cpu_count": os.cpu_count(), "cpu_model": _cpu_model(),
            "python": platform.python_version(), "numpy": numpy.__version__,
            "pyarrow": pa.__version__, "gpu_mr": gpu_mr.__version__, "git": _git_commit()}
+    try:  # other work on the machine skews every number; say how busy it was
+        env["load_average_1_5_15_min"] = [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        env["load_average_1_5_15_min"] = None
     try:
         import numba
         env["numba"] = numba.__version__
@@ -525,7 +529,8 @@ def main(argv=None) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
-    log(f"gpu_mr benchmarks ({args.preset}), {host_kind()}, {started:%Y-%m-%d %H:%M} UTC")
+    log(f"gpu_mr benchmarks ({args.preset}), {host_kind()}, {started:%Y-%m-%d %H:%M} UTC"
+        + (f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""))
     log(f"input: pyarrow tables, rows in {args.order} order, symbol sizes Zipf(skew="
         f"{args.skew:g}); reference engine timed on the first {args.ref_rows:,} rows of each "
         f"dataset, other engines on the whole dataset (best of {args.repeat})")
