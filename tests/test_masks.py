@@ -86,7 +86,11 @@ def differential(define: str, table: pa.Table, var: str = "A") -> dict:
             compile_mask(expr, var, q)
         return {"rejected": reason}
     result = compile_mask(expr, var, q).evaluate_detailed(data, now=NOW)
-    want = interpreter_rows(q, data, var, NOW)
+    return check_rows(result, interpreter_rows(q, data, var, NOW), data, define)
+
+
+def check_rows(result, want: list, data, define: str) -> dict:
+    """Assert a MaskResult gives the interpreter's ``want`` at every row."""
     n = data.table.num_rows
     assert result.holds.shape == (n,) and result.holds.dtype == bool
     unsupported = result.unsupported
@@ -612,3 +616,98 @@ def test_masks_agree_with_the_interpreter_on_random_expressions(define, table):
     except GpuMrError:
         assume(False)           # ill-typed draw (e.g. a NULL-only PREV argument)
     differential(define, table)
+
+
+# ---------------------------------------------------------------- shared columns and PREV/NEXT
+
+def detailed_rows(result, n: int) -> list:
+    """Per row of a MaskResult: True/False, or the error it raises there."""
+    out = []
+    for row in range(n):
+        err = result.error(row)
+        out.append((type(err).__name__, getattr(err, "code", None), str(err))
+                   if result.failed[row] else bool(result.holds[row]))
+    return out
+
+
+def assert_set_matches_separate(defines: dict, table: pa.Table) -> None:
+    """A MaskSet shares loaded columns and PREV/NEXT of columns between its
+    masks (one context); each mask must still be what the interpreter gives
+    and what the mask gives evaluated alone."""
+    names = "A B C D"
+    clause = (f"PARTITION BY p ORDER BY id MEASURES COUNT(*) AS n PATTERN ({names}) DEFINE "
+              + ", ".join(f"{v} AS {e}" for v, e in defines.items()))
+    q = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, q.partition_columns, q.order_keys)
+    n = data.table.num_rows
+    together = compile_masks(q).evaluate_detailed(data, now=NOW)
+    for v in defines:
+        check_rows(together[v], interpreter_rows(q, data, v, NOW), data, defines[v])
+        alone = compile_mask(q.defines[v], v, q).evaluate_detailed(data, now=NOW)
+        got = together[v]
+        assert got.holds.tolist() == alone.holds.tolist(), (v, defines[v])
+        assert got.failed.tolist() == alone.failed.tolist(), (v, defines[v])
+        assert got.unsupported.tolist() == alone.unsupported.tolist(), (v, defines[v])
+        assert detailed_rows(got, n) == detailed_rows(alone, n), (v, defines[v])
+
+
+def test_masks_of_one_set_share_prev_and_next_of_columns():
+    rng = np.random.default_rng(7)
+    n = 300
+    x = rng.integers(-3, 4, n).astype(float)
+    t = pa.table({"p": np.sort(rng.integers(0, 9, n)), "id": np.arange(n),
+                  "x": pa.array(x, mask=rng.random(n) < 0.1),          # NULLs
+                  "y": x,                                               # none
+                  "j": pa.array(rng.integers(-1, 2, n)),
+                  "b": pa.array(rng.random(n) < 0.5)})
+    assert_set_matches_separate({
+        "A": "x > PREV(x) AND y <= PREV(y)",
+        "B": "PREV(x) < x OR NEXT(y, 2) = y OR PREV(b) <> b",
+        "C": "PREV(x) IS NULL AND NEXT(x, 2) > PREV(y) AND 6 / PREV(j) > NEXT(j, 2)",
+        "D": "(PREV(y, 2) > 0 AND NEXT(y, 300) IS NULL) OR PREV(y, 400) = 1 OR PREV(y) - y > 1",
+    }, t)
+    # the same results on a table whose arrays start mid-byte (sliced Arrow buffers)
+    for start in (1, 3, 13):
+        assert_set_matches_separate({"A": "x > PREV(x)", "B": "PREV(x) >= x AND b",
+                                     "C": "NEXT(b) AND y = PREV(y, 2)"}, t.slice(start))
+        differential("x > PREV(x) AND NOT b AND PREV(b)", t.slice(start, 40))
+
+
+def test_comparison_with_prev_reads_the_column_in_place():
+    # lazy PREV/NEXT operands against every shift, including shifts past the table
+    rng = np.random.default_rng(3)
+    from gpu_mr.predicates.masks import _compare_direct, _op, _shift, _Vec
+    for n in (1, 2, 5, 17):
+        base = rng.integers(-2, 3, n)
+        other = rng.integers(-2, 3, n)
+        ones = np.ones(n, dtype=bool)
+        for ka in range(n + 1):
+            for kb in (0, 1, n):
+                for pa_, pb in ((True, True), (True, False), (False, True), (False, False)):
+                    a = _Vec("BIGINT", None, ones, moved=(base, ka, pa_)) if ka else \
+                        _Vec("BIGINT", base, ones)
+                    b = _Vec("BIGINT", None, ones, moved=(other, kb, pb)) if kb else \
+                        _Vec("BIGINT", other, ones)
+                    xa = _shift(base, ka, pa_) if ka else base
+                    xb = _shift(other, kb, pb) if kb else other
+                    for op in ("=", "<>", "<", "<=", ">", ">="):
+                        got = _compare_direct(op, a, b, n)
+                        assert got.tolist() == _op(op, xa, xb).tolist(), (n, ka, kb, pa_, pb, op)
+
+
+@settings(max_examples=1500 if FULL else 100, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(st.lists(expressions("bool", 2), min_size=2, max_size=4), tables())
+def test_mask_set_agrees_with_masks_evaluated_alone(defines, table):
+    import re
+    defines = {v: re.sub(r"\bA\.", f"{v}.", d) for v, d in zip("ABCD", defines)}
+    clause = ("PARTITION BY p ORDER BY id MEASURES COUNT(*) AS n PATTERN (A B C D) DEFINE "
+              + ", ".join(f"{v} AS {e}" for v, e in defines.items()))
+    try:
+        q = analyze(parse_clause(clause), table.schema)
+    except GpuMrError:
+        assume(False)           # ill-typed draw (e.g. a NULL-only PREV argument)
+    chosen = {v: e for v, e in defines.items() if supports(q.defines[v], v, q) is None}
+    assume(len(chosen) >= 2)
+    assert_set_matches_separate(chosen, table)

@@ -46,7 +46,13 @@ sigma).
 
 Cost: O(rows) per node, a handful of numpy passes each; strings cost what
 their pyarrow kernels cost; SUBSTR is a byte-level ragged gather. Memory is a
-few arrays of ``rows`` per live node. numpy only for now: the array calls are
+few arrays of ``rows`` per live node. The common case is kept near one numpy
+pass per comparison: a single-chunk column without NULLs is read zero-copy
+with one shared read-only all-True validity (no fill_null, no validity
+``&``); the masks of a MaskSet share loaded columns and PREV/NEXT of columns;
+and a PREV/NEXT of a numpy column is lazy, so comparing it with a column of
+the same form reads two offset slices of the base array (``x[k:] <
+x[:-k]``) instead of materialising a shifted copy. numpy only for now: the array calls are
 the cupy subset, so a device backend can take the same code path later
 (DESIGN.md §6).
 """
@@ -407,19 +413,42 @@ def _default_now() -> dict:
 # Columns with validity and deferred errors
 # =====================================================================
 
-@dataclass
 class _Vec:
     """A column: ``values`` (see the module docstring for the form of each
     kind), ``valid`` (False = NULL), the decimal ``scale``, and deferred
     errors: ``err[r]`` is 0 or 1 + the index of the error source that
     evaluating the expression at row ``r`` raises first; ``erow[r]`` the row of
-    the source's operand columns where it happened (PREV/NEXT move errors)."""
-    kind: str
-    values: object
-    valid: np.ndarray
-    scale: int = 0
-    err: Optional[np.ndarray] = None
-    erow: Optional[np.ndarray] = None
+    the source's operand columns where it happened (PREV/NEXT move errors).
+
+    A PREV/NEXT of a numpy column is lazy: ``moved`` is ``(base, k, prev)``
+    and ``values`` is ``_shift(base, k, prev)``, built on first use, so a
+    comparison with the current row can read two slices of ``base`` instead
+    (:func:`_compare_direct`). Columns are shared (the context caches them),
+    so no array of a _Vec is ever written in place."""
+    __slots__ = ("kind", "_values", "valid", "scale", "err", "erow", "moved")
+
+    def __init__(self, kind: str, values, valid: np.ndarray, scale: int = 0,
+                 err: Optional[np.ndarray] = None, erow: Optional[np.ndarray] = None,
+                 moved: Optional[tuple] = None):
+        self.kind = kind
+        self._values = values
+        self.valid = valid
+        self.scale = scale
+        self.err = err
+        self.erow = erow
+        self.moved = moved
+
+    @property
+    def values(self):
+        if self._values is None and self.moved is not None:
+            base, k, prev = self.moved
+            self._values = _shift(base, k, prev)
+            self.moved = None
+        return self._values
+
+    def __repr__(self) -> str:
+        lazy = " (moved)" if self._values is None and self.moved is not None else ""
+        return f"_Vec({self.kind}, scale={self.scale}{lazy})"
 
 
 def _merge(*parts) -> tuple:
@@ -458,9 +487,20 @@ class _Context:
         self.offsets = np.asarray(data.partition_offsets, dtype=np.int64)
         self.now = now
         self._rows = None
+        self._all_valid = None
         self.columns: dict = {}
+        self.moved: dict = {}           # (column, k, prev) -> PREV/NEXT of the column
         self.sources: list = []         # (is_unsupported, row -> exception)
         self._edges: dict = {}
+
+    @property
+    def all_valid(self) -> np.ndarray:
+        """The validity of a column without NULLs: one shared read-only
+        all-True array (``valid is ctx.all_valid`` tells such columns apart)."""
+        if self._all_valid is None:
+            self._all_valid = np.ones(self.n, dtype=bool)
+            self._all_valid.setflags(write=False)
+        return self._all_valid
 
     def fail(self, bad: Optional[np.ndarray], make: Callable, unsupported: bool = False) -> tuple:
         """Error pair for the rows ``bad``; ``make(row)`` builds the exception."""
@@ -506,25 +546,27 @@ def _load(ctx: _Context, name: str, col, expected: T.SqlType) -> _Vec:
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         chunks = [c.cast(pa.large_string()) for c in chunks]
         t = pa.large_string()
-    arr = pa.concat_arrays(chunks) if chunks else pa.array([], t)
+    if len(chunks) == 1:
+        arr = chunks[0]
+    else:
+        arr = pa.concat_arrays(chunks) if chunks else pa.array([], t)
     sql = T.from_arrow_type(t)
     if sql is None or sql.kind != expected.kind:
         raise _Reject(f"column {name} has type {t}, not the {expected} the query was "
                       f"analysed with")
-    valid = ~pc.is_null(arr).to_numpy(zero_copy_only=False) if n else np.zeros(0, dtype=bool)
+    valid = _validity(ctx, arr)
     kind = sql.kind
     if kind == "VARCHAR":
         return _Vec(kind, arr, valid)
     if kind == "UNKNOWN":
         return _Vec(kind, np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool))
     if kind == "BOOLEAN":
-        return _Vec(kind, pc.fill_null(arr, False).to_numpy(zero_copy_only=False).astype(bool),
-                    valid)
+        return _Vec(kind, _bool_values(arr), valid)
     if kind == "DOUBLE":
-        values = pc.fill_null(arr.cast(pa.float64()), 0).to_numpy(zero_copy_only=False)
+        values = _fill(arr.cast(pa.float64()), 0).to_numpy(zero_copy_only=False)
         return _Vec(kind, values.astype(np.float64, copy=False), valid)
     if kind == "BIGINT":
-        raw = pc.fill_null(arr, 0).to_numpy(zero_copy_only=False)
+        raw = _fill(arr, 0).to_numpy(zero_copy_only=False)
         err = _NOERR
         if raw.dtype == np.uint64:
             err = ctx.unsupported(valid & (raw > np.uint64(INT64_MAX)),
@@ -537,13 +579,13 @@ def _load(ctx: _Context, name: str, col, expected: T.SqlType) -> _Vec:
         return _Vec(kind, np.where(fits & valid, values, 0), valid, t.scale, *err)
     if kind == "DATE":
         if pa.types.is_date64(t):
-            ms = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
+            ms = _fill(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
             days = np.floor_divide(ms, 86400 * 1000)
         else:
-            days = pc.fill_null(arr.cast(pa.int32()), 0).to_numpy(zero_copy_only=False)
+            days = _fill(arr.cast(pa.int32()), 0).to_numpy(zero_copy_only=False)
         return _Vec(kind, days.astype(np.int64), valid)
     if kind in ("TIMESTAMP", "INTERVAL"):
-        raw = pc.fill_null(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
+        raw = _fill(arr.cast(pa.int64()), 0).to_numpy(zero_copy_only=False)
         factor = T.NS_PER[t.unit]
         err = _NOERR
         if factor > 1:
@@ -554,6 +596,39 @@ def _load(ctx: _Context, name: str, col, expected: T.SqlType) -> _Vec:
             raw = np.where(bad, 0, raw) * factor
         return _Vec(kind, raw.astype(np.int64), valid, 0, *err)
     raise _Reject(f"column {name} of type {t}")
+
+
+def _fill(arr: pa.Array, value) -> pa.Array:
+    """``fill_null`` that costs nothing on an array without NULLs."""
+    return arr if arr.null_count == 0 else pc.fill_null(arr, value)
+
+
+def _unpack_bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
+    """An Arrow bitmap (LSB first) from bit ``offset`` as ``n`` bools."""
+    start, skip = offset // 8, offset % 8
+    raw = np.frombuffer(buf, dtype=np.uint8)[start:start + (skip + n + 7) // 8]
+    return np.unpackbits(raw, bitorder="little")[skip:skip + n].view(bool)
+
+
+def _validity(ctx: _Context, arr: pa.Array) -> np.ndarray:
+    """False where ``arr`` is NULL; ``ctx.all_valid`` (shared) without NULLs."""
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    if arr.null_count == 0:
+        return ctx.all_valid
+    bitmap = arr.buffers()[0]
+    if bitmap is None or pa.types.is_null(arr.type):
+        return ~pc.is_null(arr).to_numpy(zero_copy_only=False)
+    return _unpack_bits(bitmap, arr.offset, n)
+
+
+def _bool_values(arr: pa.Array) -> np.ndarray:
+    """A boolean array's values as bools, False where NULL."""
+    n = len(arr)
+    if n == 0 or arr.null_count or not pa.types.is_boolean(arr.type):
+        return pc.fill_null(arr, False).to_numpy(zero_copy_only=False).astype(bool)
+    return _unpack_bits(arr.buffers()[1], arr.offset, n)
 
 
 def _decimal_unscaled(arr: pa.Array) -> tuple:
@@ -733,11 +808,28 @@ class _Eval:
         if k == 0:
             return inner
         prev = e.kind == "PREV"
+        ctx = self.ctx
+        # PREV/NEXT of a column is shared by every mask of the context (the
+        # column itself is: ctx.column); of other expressions, built each time
+        key = (e.arg.resolved, k, prev) if isinstance(e.arg, A.ColumnRef) else None
+        hit = ctx.moved.get(key) if key is not None else None
+        if hit is not None:
+            return hit
         # row r reads row r - k (PREV) or r + k (NEXT) of the sorted table,
         # NULL where that row lies in another partition
-        values = _shift(inner.values, k, prev)
-        valid = _shift(inner.valid, k, prev)
-        edge = self.ctx.edge_rows(k, prev)
+        if isinstance(inner.values, np.ndarray):
+            values, moved = None, (inner.values, k, prev)     # built lazily, see _Vec
+        else:
+            values, moved = _shift(inner.values, k, prev), None
+        if inner.valid is ctx.all_valid:
+            valid = np.ones(self.n, dtype=bool)
+            if prev:
+                valid[:k] = False
+            else:
+                valid[self.n - k:] = False
+        else:
+            valid = _shift(inner.valid, k, prev)
+        edge = ctx.edge_rows(k, prev)
         valid[edge] = False
         err = erow = None
         if inner.err is not None:
@@ -747,7 +839,10 @@ class _Eval:
                 erow = _shift(inner.erow, k, prev)
             else:
                 err = None
-        return _Vec(inner.kind, values, valid, inner.scale, err, erow)
+        out = _Vec(inner.kind, values, valid, inner.scale, err, erow, moved)
+        if key is not None:
+            ctx.moved[key] = out
+        return out
 
     # ------------------------------------------------------------ logic
     def _Unary(self, e: A.Unary) -> _Vec:
@@ -871,7 +966,9 @@ class _Eval:
         ka, kb = a.kind, b.kind
         if "UNKNOWN" in (ka, kb):
             return np.zeros(n, dtype=bool), np.zeros(n, dtype=bool), _NOERR
-        ok = a.valid & b.valid
+        all_valid = self.ctx.all_valid
+        ok = b.valid if a.valid is all_valid else a.valid if b.valid is all_valid else \
+            a.valid & b.valid
         err = _NOERR
         if ka == kb == "VARCHAR":
             fn = {"=": pc.equal, "<>": pc.not_equal, "<": pc.less, "<=": pc.less_equal,
@@ -879,7 +976,7 @@ class _Eval:
             return _np_bool(fn(a.values, b.values)), ok, _NOERR
         if "DOUBLE" in (ka, kb):
             if ka == kb:
-                return _op(op, a.values, b.values), ok, _NOERR
+                return _compare_direct(op, a, b, n), ok, _NOERR
             other, flip = (b, False) if ka == "DOUBLE" else (a, True)
             x = a if ka == "DOUBLE" else b
             if other.kind == "BIGINT":
@@ -900,7 +997,7 @@ class _Eval:
             raise _Reject(f"comparing {ka} with {kb}")
         if ka == kb and ka in ("BIGINT", "BOOLEAN", "DATE", "TIMESTAMP", "INTERVAL",
                                "INTERVAL_YM"):
-            return _op(op, a.values, b.values), ok, _NOERR
+            return _compare_direct(op, a, b, n), ok, _NOERR
         if {ka, kb} == {"DATE", "TIMESTAMP"}:
             if ka == "DATE":
                 sign = _sign_days_ns(a.values, b.values)
@@ -911,7 +1008,7 @@ class _Eval:
             sa = a.scale if ka == "DECIMAL" else 0
             sb = b.scale if kb == "DECIMAL" else 0
             if sa == sb:
-                return _op(op, a.values, b.values), ok, _NOERR
+                return _compare_direct(op, a, b, n), ok, _NOERR
             if sa < sb:
                 sign = _sign_scaled(a.values, sb - sa, b.values)
             else:
@@ -1397,6 +1494,44 @@ def _shift(x, k: int, prev: bool):
     else:
         out[:n - k] = x[k:]
         out[n - k:] = 0
+    return out
+
+
+_UFUNCS = {"=": np.equal, "<>": np.not_equal, "<": np.less, "<=": np.less_equal,
+           ">": np.greater, ">=": np.greater_equal}
+
+
+def _moved_rows(v: _Vec, lo: int, hi: int) -> np.ndarray:
+    """Rows ``lo:hi`` of ``v.values`` without building a lazy PREV/NEXT whole."""
+    if v._values is not None or v.moved is None:
+        return v.values[lo:hi]
+    base, k, prev = v.moved
+    s = k if prev else -k                          # row r holds base[r - s]
+    out = np.zeros(hi - lo, dtype=base.dtype)
+    a, b = max(lo, s), min(hi, len(base) + s)
+    if a < b:
+        out[a - lo:b - lo] = base[a - s:b - s]
+    return out
+
+
+def _compare_direct(op: str, a: _Vec, b: _Vec, n: int) -> np.ndarray:
+    """``_op(op, a.values, b.values)`` for numpy columns of one form; a lazy
+    PREV/NEXT operand is read as a slice of its base column (no shifted copy)."""
+    lazy_a = a._values is None and a.moved is not None
+    lazy_b = b._values is None and b.moved is not None
+    if not (lazy_a or lazy_b):
+        return _op(op, a.values, b.values)
+    xa, sa = (a.moved[0], a.moved[1] if a.moved[2] else -a.moved[1]) if lazy_a else (a.values, 0)
+    xb, sb = (b.moved[0], b.moved[1] if b.moved[2] else -b.moved[1]) if lazy_b else (b.values, 0)
+    lo, hi = max(0, sa, sb), min(n, n + sa, n + sb)      # rows reading inside both arrays
+    if lo >= hi:
+        return _op(op, a.values, b.values)
+    out = np.empty(n, dtype=bool)
+    _UFUNCS[op](xa[lo - sa:hi - sa], xb[lo - sb:hi - sb], out=out[lo:hi])
+    if lo > 0:
+        out[:lo] = _op(op, _moved_rows(a, 0, lo), _moved_rows(b, 0, lo))
+    if hi < n:
+        out[hi:] = _op(op, _moved_rows(a, hi, n), _moved_rows(b, hi, n))
     return out
 
 
