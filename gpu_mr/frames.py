@@ -8,18 +8,22 @@ returning the partition offsets every engine scans by.
 Why here: one module knows about data-frame libraries, NULL placement, NaN
 ordering and type quirks, so engines only ever see an Arrow table in matching
 order plus ``partition_offsets``.
-Cost: the sortedness check reads each key column once (vectorised comparisons
-of adjacent rows) and stops at the first key that proves disorder; when the
-input is already in order no sort and no copy happen. Otherwise one stable
-multi-key Arrow sort (O(n log n)) and one ``take`` of every column. Partition
-offsets are one vectorised pass over the partition keys. No Python loop runs
+Cost: the sortedness check reads each key column once and stops at the first
+key that proves disorder. Numeric, boolean and temporal keys of large tables
+go through one compiled pass per key (numba, the ``cpu`` extra) that refines
+a byte per adjacent row pair ("still tied") and flags disorder at once; other
+keys, small tables and installs without numba use vectorised Arrow
+comparisons of adjacent rows. On sorted input the partition offsets come out
+of the same passes (the pairs still tied after the partition keys), no sort
+and no copy happen, and ``source_rows`` (an arange) is only built when read.
+Otherwise one stable multi-key Arrow sort (O(n log n)), one ``take`` of every
+column and one more pass over the sorted partition keys. No Python loop runs
 per row anywhere.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -222,7 +226,6 @@ def from_arrow(result: pa.Table, kind: str):
 # Sorting into matching order
 # --------------------------------------------------------------------------
 
-@dataclass(frozen=True)
 class SortedInput:
     """Rows in matching order and where each partition starts.
 
@@ -235,16 +238,46 @@ class SortedInput:
         ``offsets[p]:offsets[p + 1]``. Starts with 0 and ends with
         ``num_rows``; an empty table gives ``[0]``.
     source_rows : numpy.ndarray
-        int64, position in ``table`` -> row index in the input.
+        int64, position in ``table`` -> row index in the input. Passing
+        ``None`` to the constructor means ``arange(table.num_rows)``, built on
+        first read (sorted input need not pay for it).
     was_sorted : bool
         True when the input was already in order and no sort happened
         (``table`` is then the input itself and ``source_rows`` an arange).
+
+    Instances are immutable.
     """
 
-    table: pa.Table
-    partition_offsets: np.ndarray
-    source_rows: np.ndarray
-    was_sorted: bool
+    __slots__ = ("table", "partition_offsets", "_source_rows", "was_sorted")
+
+    def __init__(self, table: pa.Table, partition_offsets: np.ndarray,
+                 source_rows: Optional[np.ndarray], was_sorted: bool):
+        object.__setattr__(self, "table", table)
+        object.__setattr__(self, "partition_offsets", partition_offsets)
+        object.__setattr__(self, "_source_rows", source_rows)
+        object.__setattr__(self, "was_sorted", was_sorted)
+
+    @property
+    def source_rows(self) -> np.ndarray:
+        rows = self._source_rows
+        if rows is None:
+            rows = np.arange(self.table.num_rows, dtype=np.int64)
+            object.__setattr__(self, "_source_rows", rows)
+        return rows
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"SortedInput is immutable; cannot set {name!r}")
+
+    def __delattr__(self, name):
+        raise AttributeError(f"SortedInput is immutable; cannot delete {name!r}")
+
+    def __reduce__(self):          # copy and pickle despite the slots
+        return (SortedInput, (self.table, self.partition_offsets, self._source_rows,
+                              self.was_sorted))
+
+    def __repr__(self) -> str:
+        return (f"SortedInput(num_rows={self.table.num_rows}, "
+                f"num_partitions={self.num_partitions}, was_sorted={self.was_sorted})")
 
     @property
     def num_partitions(self) -> int:
@@ -280,7 +313,10 @@ def _key_array(table: pa.Table, name: str) -> pa.Array:
             f"cannot partition or order by column {name!r} of type {t}; keys must "
             "be numbers, booleans, strings, dates, times, timestamps or decimals",
             column=name, code="unsortable_key")
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if isinstance(col, pa.ChunkedArray):
+        # combine_chunks copies even a single chunk
+        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return col
 
 
 def _has_nan(arr: pa.Array) -> bool:
@@ -315,42 +351,237 @@ def _adjacent_order(arr: pa.Array, ascending: bool) -> tuple[np.ndarray, np.ndar
     return (lt, gt) if ascending else (gt, lt)
 
 
-def _is_sorted(spec: list[tuple[pa.Array, bool]], n: int) -> bool:
-    """Vectorised lexicographic check of adjacent rows; ties are in order
-    (the sort is stable, so equal rows keep input order anyway)."""
+# ---- compiled pass over one numeric key ----------------------------------
+
+# Below this many rows the Arrow comparisons are as quick as a kernel call,
+# and small queries never wait for a compile.
+FAST_MIN_ROWS = 4096
+
+
+def refine_key(values, undecided, first, descending):
+    """One key's pass over adjacent row pairs ``(i, i + 1)`` of a key without
+    NULLs. ``undecided[i]`` says the pair ties on every earlier key (with
+    ``first`` there is no earlier key: every pair ties and ``undecided`` is
+    not read). Refines ``undecided`` in place to the pairs that still tie and
+    returns False when a tied pair is out of order under this key. NaN is
+    above every number and equal to NaN; ``-0.0`` equals ``0.0``. Branch-free
+    (bitwise on 0/1 bytes) so that it vectorises."""
+    m = values.shape[0] - 1
+    u = undecided.view(np.uint8)
+    bad = np.uint8(0)
+    if first:           # a loop of its own: fresh ``undecided`` pages unread
+        for i in range(m):
+            a = values[i]
+            b = values[i + 1]
+            x = b if descending else a      # pair out of order: x above y
+            y = a if descending else b
+            x_nan = np.uint8(x != x)
+            y_nan = np.uint8(y != y)
+            bad |= np.uint8(x > y) | (x_nan & (y_nan ^ 1))
+            u[i] = np.uint8(x == y) | (x_nan & y_nan)
+        return bad == 0
+    for i in range(m):
+        a = values[i]
+        b = values[i + 1]
+        x = b if descending else a
+        y = a if descending else b
+        x_nan = np.uint8(x != x)
+        y_nan = np.uint8(y != y)
+        after = np.uint8(x > y) | (x_nan & (y_nan ^ 1))
+        eq = np.uint8(x == y) | (x_nan & y_nan)
+        t = u[i]
+        bad |= t & after
+        u[i] = t & eq
+    return bad == 0
+
+
+def refine_key_nulls(values, valid, undecided, first, descending, nulls_first):
+    """:func:`refine_key` for a key with NULLs: ``valid`` holds 0/1 bytes
+    (0: NULL, whatever ``values`` holds there); NULL equals NULL and goes
+    first or last per ``nulls_first`` whatever the direction. With ``first``
+    the bytes ``undecided`` holds are read but make no difference."""
+    m = values.shape[0] - 1
+    u = undecided.view(np.uint8)
+    f = np.uint8(first)
+    nf = np.uint8(nulls_first)
+    bad = np.uint8(0)
+    for i in range(m):
+        a = values[i]
+        b = values[i + 1]
+        va = valid[i]
+        vb = valid[i + 1]
+        x = b if descending else a
+        y = a if descending else b
+        x_nan = np.uint8(x != x)
+        y_nan = np.uint8(y != y)
+        after = np.uint8(x > y) | (x_nan & (y_nan ^ 1))
+        eq = np.uint8(x == y) | (x_nan & y_nan)
+        both = va & vb
+        after = ((both & after) | ((va ^ 1) & vb & (nf ^ 1))
+                 | (va & (vb ^ 1) & nf))
+        eq = (both & eq) | ((va | vb) ^ 1)
+        t = u[i] | f
+        bad |= t & after
+        u[i] = t & eq
+    return bad == 0
+
+
+def tie_breaks(ties, words, count, n):
+    """Offsets ``[0, i + 1 for every pair i no longer tied, n]``: ``ties``
+    holds 0/1 bytes, ``words`` its leading bytes as uint64 (eight ties at a
+    time: whole runs of ties are skipped a word at a time), ``count`` the
+    number of zero bytes."""
+    out = np.empty(count + 2, np.int64)
+    out[0] = 0
+    j = 1
+    all_tied = np.uint64(0x0101010101010101)
+    for k in range(words.shape[0]):
+        if words[k] != all_tied:
+            for i in range(8 * k, 8 * k + 8):
+                if ties[i] == 0:
+                    out[j] = i + 1
+                    j += 1
+    for i in range(8 * words.shape[0], ties.shape[0]):
+        if ties[i] == 0:
+            out[j] = i + 1
+            j += 1
+    out[j] = n
+    return out
+
+
+_compiled = None
+
+
+def _kernels():
+    """numba.njit versions of (refine_key, refine_key_nulls, tie_breaks),
+    compiled on first use and cached on disk; None without numba (the ``cpu``
+    extra)."""
+    global _compiled
+    if _compiled is None:
+        try:
+            import numba
+        except ImportError:
+            _compiled = False
+            return None
+        jit = numba.njit(nogil=True, cache=True)
+        _compiled = (jit(refine_key), jit(refine_key_nulls), jit(tie_breaks))
+    return _compiled or None
+
+
+_INT_DTYPES = {(8, True): np.int8, (16, True): np.int16, (32, True): np.int32,
+               (64, True): np.int64, (8, False): np.uint8, (16, False): np.uint16,
+               (32, False): np.uint32, (64, False): np.uint64}
+
+
+def _unpack_bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
+    """Bits ``offset:offset + n`` of an Arrow bitmap as 0/1 bytes."""
+    start = offset // 8
+    bits = np.frombuffer(buf, dtype=np.uint8, count=(offset + n + 7) // 8 - start,
+                         offset=start)
+    skip = offset - 8 * start
+    return np.unpackbits(bits, bitorder="little")[skip:skip + n]
+
+
+def _numpy_values(arr: pa.Array) -> Optional[np.ndarray]:
+    """The key's values as a numpy view (booleans unpacked to uint8), with
+    arbitrary values under NULLs; None for keys the kernel does not take
+    (strings, decimals, intervals)."""
+    t = arr.type
+    n = len(arr)
+    if pa.types.is_boolean(t):
+        return _unpack_bits(arr.buffers()[1], arr.offset, n)
+    if pa.types.is_floating(t):
+        dtype = np.float32 if t.bit_width == 32 else np.float64
+    elif pa.types.is_integer(t):
+        dtype = _INT_DTYPES[(t.bit_width, pa.types.is_signed_integer(t))]
+    elif (pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t)
+          or pa.types.is_duration(t)) and t.bit_width in (32, 64):
+        dtype = np.int32 if t.bit_width == 32 else np.int64
+    else:
+        return None
+    return np.frombuffer(arr.buffers()[1], dtype=dtype,
+                         count=arr.offset + n)[arr.offset:]
+
+
+def _refine_fast(kernels, arr: pa.Array, ascending: bool, nulls_first: bool,
+                 undecided: Optional[np.ndarray]
+                 ) -> Optional[tuple[bool, np.ndarray]]:
+    """The kernel's pass for one key: (in order, pairs still tied), or None
+    when the key has no numpy form."""
+    values = _numpy_values(arr)
+    if values is None:
+        return None
+    first = undecided is None
+    if first:
+        undecided = np.empty(len(arr) - 1, dtype=np.bool_)
+    if arr.null_count:
+        valid = _unpack_bits(arr.buffers()[0], arr.offset, len(arr))
+        ok = kernels[1](values, valid, undecided, first, not ascending,
+                        nulls_first)
+    else:
+        ok = kernels[0](values, undecided, first, not ascending)
+    return bool(ok), undecided
+
+
+def _refine_arrow(arr: pa.Array, ascending: bool, nulls_first: bool,
+                  undecided: Optional[np.ndarray]
+                  ) -> tuple[bool, Optional[np.ndarray]]:
+    """The same pass with Arrow comparisons over the key's spec columns."""
+    for col, asc in _spec_for_key(arr, ascending, nulls_first):
+        before, after = _adjacent_order(col, asc)
+        if undecided is None:
+            if after.any():
+                return False, None
+            undecided = ~(before | after)
+        else:
+            if np.any(after & undecided):
+                return False, None
+            undecided &= ~(before | after)
+    return True, undecided
+
+
+def _offsets_from_ties(kernels, undecided: np.ndarray, n: int) -> np.ndarray:
+    if kernels is None:
+        return np.concatenate(([0], np.flatnonzero(~undecided) + 1, [n])
+                              ).astype(np.int64)
+    ties = undecided.view(np.uint8)
+    m = len(ties)
+    return kernels[2](ties, ties[:m - m % 8].view(np.uint64),
+                      m - np.count_nonzero(ties), n)
+
+
+def _scan_keys(keys: list[tuple[pa.Array, bool, bool]], n_partition: int, n: int,
+               fast: Optional[bool]) -> tuple[bool, Optional[np.ndarray]]:
+    """Lexicographic check of adjacent rows under ``keys`` ((array, ascending,
+    nulls_first), the first ``n_partition`` of them partition keys); ties are
+    in order (the sort is stable, so equal rows keep input order anyway).
+
+    Returns (in order, partition offsets): the offsets are where any partition
+    key changes between adjacent rows (NULL equals NULL and NaN equals NaN, as
+    in GROUP BY), or None when the rows are out of order."""
     if n < 2:
-        return True
-    undecided = np.ones(n - 1, dtype=bool)
-    for arr, ascending in spec:
-        before, after = _adjacent_order(arr, ascending)
-        if np.any(after & undecided):
-            return False
-        undecided &= ~(before | after)
-        if not undecided.any():
-            break
-    return True
-
-
-def _partition_offsets(keys: list[pa.Array], n: int) -> np.ndarray:
-    """Offsets where any partition key changes between adjacent sorted rows.
-    NULL equals NULL and NaN equals NaN here, as in GROUP BY."""
-    if n == 0:
-        return np.zeros(1, dtype=np.int64)
-    changed = np.zeros(n - 1, dtype=bool)
-    for arr in keys:
-        if n < 2 or arr.null_count == n:
-            continue
-        x, y = arr.slice(0, n - 1), arr.slice(1)
-        ne = pc.fill_null(pc.not_equal(x, y), False).to_numpy(zero_copy_only=False)
-        if pa.types.is_floating(arr.type):
-            isnan = pc.fill_null(pc.is_nan(arr), False).to_numpy(zero_copy_only=False)
-            ne &= ~(isnan[:-1] & isnan[1:])
-        if arr.null_count:
-            isnull = pc.is_null(arr).to_numpy(zero_copy_only=False)
-            ne |= isnull[:-1] != isnull[1:]
-        changed |= ne
-    bounds = np.flatnonzero(changed).astype(np.int64) + 1
-    return np.concatenate(([0], bounds, [n])).astype(np.int64)
+        return True, np.array([0, n] if n else [0], dtype=np.int64)
+    if fast is None:
+        fast = n >= FAST_MIN_ROWS
+    kernels = _kernels() if fast else None
+    undecided: Optional[np.ndarray] = None      # None: every pair tied so far
+    offsets = np.array([0, n], dtype=np.int64)
+    for i, (arr, asc, nf) in enumerate(keys):
+        if arr.null_count == n:
+            continue                            # constant key
+        step = (_refine_fast(kernels, arr, asc, nf, undecided)
+                if kernels is not None else None)
+        if step is None:
+            step = _refine_arrow(arr, asc, nf, undecided)
+        ok, undecided = step
+        if not ok:
+            return False, None
+        if i < n_partition and undecided is not None:
+            # partitions so far; finished after the last partition key
+            # (later keys refine ``undecided`` in place: take them now)
+            if all(k[0].null_count == n for k in keys[i + 1:n_partition]):
+                offsets = _offsets_from_ties(kernels, undecided, n)
+    return True, offsets
 
 
 def sort_for_matching(table: pa.Table,
@@ -383,8 +614,8 @@ def sort_for_matching(table: pa.Table,
     Returns
     -------
     SortedInput
-        When the input is already in order (checked with vectorised
-        comparisons of adjacent rows), ``was_sorted`` is True, the table is
+        When the input is already in order (checked with one pass over each
+        key, comparing adjacent rows), ``was_sorted`` is True, the table is
         returned unchanged and ``source_rows`` is ``arange(num_rows)``.
 
     Raises
@@ -402,28 +633,32 @@ def sort_for_matching(table: pa.Table,
     >>> s.source_rows.tolist(), s.was_sorted
     ([1, 2, 0], False)
     """
+    return _sort_for_matching(table, partition_columns, order_keys, None)
+
+
+def _sort_for_matching(table, partition_columns, order_keys,
+                       fast: Optional[bool]) -> SortedInput:
+    """:func:`sort_for_matching`; ``fast`` forces the compiled passes on
+    (where numba is installed) or off, None picks by table size."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     n = table.num_rows
     part_arrays = [_key_array(table, name) for name in partition_columns]
     order_arrays = [(_key_array(table, name), bool(asc), bool(nf))
                     for name, asc, nf in order_keys]
-
-    spec: list[tuple[pa.Array, bool]] = []
-    for arr in part_arrays:
-        spec += _spec_for_key(arr, True, False)
-    for arr, asc, nf in order_arrays:
-        spec += _spec_for_key(arr, asc, nf)
+    keys = [(arr, True, False) for arr in part_arrays] + order_arrays
 
     try:
-        in_order = _is_sorted(spec, n)
+        in_order, offsets = _scan_keys(keys, len(part_arrays), n, fast)
     except pa.ArrowNotImplementedError as exc:
         raise DataError(f"cannot compare key values: {exc}",
                         code="unsortable_key") from None
     if in_order:
-        return SortedInput(table, _partition_offsets(part_arrays, n),
-                           np.arange(n, dtype=np.int64), True)
+        return SortedInput(table, offsets, None, True)
 
+    spec: list[tuple[pa.Array, bool]] = []
+    for arr, asc, nf in keys:
+        spec += _spec_for_key(arr, asc, nf)
     key_table = pa.table({f"k{i}": arr for i, (arr, _) in enumerate(spec)})
     sort_keys = [(f"k{i}", "ascending" if asc else "descending")
                  for i, (_, asc) in enumerate(spec)]
@@ -434,7 +669,6 @@ def sort_for_matching(table: pa.Table,
                         code="unsortable_key") from None
     source_rows = indices.to_numpy().astype(np.int64, copy=False)
     sorted_table = table.take(indices)
-    sorted_parts = [arr.take(indices) for arr in part_arrays]
-    return SortedInput(sorted_table, _partition_offsets(sorted_parts, n),
-                       source_rows, False)
-
+    sorted_parts = [(arr.take(indices), True, False) for arr in part_arrays]
+    _, offsets = _scan_keys(sorted_parts, len(sorted_parts), n, fast)
+    return SortedInput(sorted_table, offsets, source_rows, False)

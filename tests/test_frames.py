@@ -4,9 +4,11 @@ construction) on hand-picked and random inputs."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import functools
 import math
+import pickle
 from decimal import Decimal
 
 import numpy as np
@@ -17,6 +19,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpu_mr.errors import DataError
+from gpu_mr import frames
 from gpu_mr.frames import SortedInput, from_arrow, sort_for_matching, to_arrow
 
 NAN = float("nan")
@@ -66,8 +69,23 @@ def naive_offsets(rows, order, partition) -> list[int]:
     return out + [len(order)]
 
 
+def assert_same(a: SortedInput, b: SortedInput) -> None:
+    assert a.was_sorted == b.was_sorted
+    assert a.partition_offsets.dtype == b.partition_offsets.dtype == np.int64
+    assert a.partition_offsets.tolist() == b.partition_offsets.tolist()
+    assert a.source_rows.dtype == b.source_rows.dtype == np.int64
+    assert a.source_rows.tolist() == b.source_rows.tolist()
+    assert a.table.schema == b.table.schema
+    assert _nan_equal(a.table.to_pylist(), b.table.to_pylist())
+    if a.was_sorted:
+        assert a.table is b.table
+
+
 def check(table: pa.Table, partition, order) -> SortedInput:
     s = sort_for_matching(table, partition, order)
+    # the compiled passes (where numba is installed) and the Arrow ones agree
+    for fast in (True, False):
+        assert_same(frames._sort_for_matching(table, partition, order, fast), s)
     rows = table.to_pylist()
     expected = naive_order(rows, partition, order)
     assert s.source_rows.dtype == np.int64
@@ -312,6 +330,108 @@ def test_random_against_naive(rows, asc1, nf1, asc2, nf2, use_partition):
                   "row": pa.array(range(len(rows)), pa.int64())})
     partition = ["p"] if use_partition else []
     check(t, partition, [("x", asc1, nf1), ("y", asc2, nf2)])
+
+
+def test_sorted_input_source_rows_is_lazy_arange():
+    t = pa.table({"x": [1, 2, 3]})
+    s = sort_for_matching(t, [], [("x", True, False)])
+    assert s.was_sorted and s._source_rows is None
+    assert s.source_rows.dtype == np.int64 and s.source_rows.tolist() == [0, 1, 2]
+    assert s.source_rows is s.source_rows
+    given_rows = np.array([2, 0, 1], dtype=np.int64)
+    assert SortedInput(t, np.array([0, 3]), given_rows, False).source_rows is given_rows
+    with pytest.raises(AttributeError):
+        s.was_sorted = False
+    c = pickle.loads(pickle.dumps(s))
+    assert c.was_sorted and c.source_rows.tolist() == [0, 1, 2]
+    assert copy.copy(s).table is t
+
+
+def test_single_chunk_key_is_not_copied():
+    t = pa.table({"ts": np.arange(10)})
+    assert frames._key_array(t, "ts") is not None
+    assert (frames._key_array(t, "ts").buffers()[1].address
+            == t.column("ts").chunk(0).buffers()[1].address)
+
+
+# Keys the compiled pass takes: (arrow type, value strategy).
+_FAST_KEYS = {
+    "int64": (pa.int64(), st.integers(-3, 3)),
+    "int8": (pa.int8(), st.integers(-3, 3)),
+    "uint64": (pa.uint64(), st.sampled_from([0, 1, 2**63, 2**64 - 1])),
+    "float64": (pa.float64(), st.sampled_from([-1.5, -0.0, 0.0, 2.0, NAN, math.inf])),
+    "float32": (pa.float32(), st.sampled_from([-1.5, -0.0, 0.0, 2.0, NAN])),
+    "bool": (pa.bool_(), st.booleans()),
+    "ts": (pa.timestamp("ms", tz="UTC"), st.integers(-2, 2)),
+    "date32": (pa.date32(), st.integers(-2, 2)),
+    "string": (pa.string(), st.sampled_from(["a", "b", "ä"])),   # stays on Arrow
+}
+
+
+@st.composite
+def _fast_tables(draw):
+    n_keys = draw(st.integers(1, 3))
+    kinds = draw(st.lists(st.sampled_from(sorted(_FAST_KEYS)), min_size=n_keys,
+                          max_size=n_keys))
+    n = draw(st.integers(0, 40))
+    cols = {}
+    for i, kind in enumerate(kinds):
+        typ, values = _FAST_KEYS[kind]
+        if draw(st.booleans()):
+            values = st.none() | values
+        cols[f"k{i}"] = pa.array(draw(st.lists(values, min_size=n + 3, max_size=n + 3)),
+                                 typ)
+    cols["row"] = pa.array(range(n + 3), pa.int64())
+    t = pa.table(cols)
+    # slices (bit offsets in validity bitmaps and bools) and several chunks
+    start = draw(st.integers(0, 3))
+    t = t.slice(start, n)
+    if draw(st.booleans()) and n > 1:
+        cut = draw(st.integers(0, n))
+        t = pa.concat_tables([t.slice(0, cut), t.slice(cut)])
+    n_part = draw(st.integers(0, n_keys))
+    partition = [f"k{i}" for i in range(n_part)]
+    order = [(f"k{i}", draw(st.booleans()), draw(st.booleans()))
+             for i in range(n_part, n_keys)]
+    if draw(st.booleans()):
+        order.append(("row", draw(st.booleans()), False))
+    return t, partition, order
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=_fast_tables(), presort=st.booleans())
+def test_fast_path_matches_arrow_path(case, presort):
+    """The compiled passes against the Arrow comparisons on random numeric
+    keys (NULL, NaN, -0.0, ties, ASC/DESC, NULLS FIRST/LAST), unsorted and
+    (mostly) sorted, the latter by sorting once first."""
+    t, partition, order = case
+    if presort:
+        t = frames._sort_for_matching(t, partition, order, False).table
+    a = frames._sort_for_matching(t, partition, order, True)
+    b = frames._sort_for_matching(t, partition, order, False)
+    assert_same(a, b)
+    if presort:
+        assert a.was_sorted
+    if t.num_rows <= 12:
+        check(t, partition, order)
+
+
+def test_fast_path_on_large_sorted_table():
+    n = 50_000
+    rng = np.random.default_rng(3)
+    p = np.sort(rng.integers(0, 7, n))
+    x = rng.random(n)
+    x[rng.integers(0, n, 50)] = np.nan
+    t = pa.table({"p": p, "x": pa.array(x, mask=rng.random(n) < 0.01)})
+    t = sort_for_matching(t, ["p"], [("x", False, True)]).table
+    for fast in (None, True, False):
+        s = frames._sort_for_matching(t, ["p"], [("x", False, True)], fast)
+        assert s.was_sorted and s.table is t
+        assert s.partition_offsets.tolist() == \
+            [0] + (np.flatnonzero(np.diff(p)) + 1).tolist() + [n]
+    swapped = t.take(np.r_[0:n - 2, n - 1, n - 2])
+    a = frames._sort_for_matching(swapped, ["p"], [("x", False, True)], True)
+    assert_same(a, frames._sort_for_matching(swapped, ["p"], [("x", False, True)], False))
 
 
 # ------------------------------------------------------------------ in and out
