@@ -85,7 +85,8 @@ def _engine_lines(query: CheckedQuery, schema_known: bool) -> list:
 
 
 def _cpu_path(query: CheckedQuery) -> list:
-    if query.history_dependent:
+    from .engines.cpu import choose_path
+    if choose_path(query)[0] == "registers":
         return ["register machine: NFA simulation in preferment order whose threads carry "
                 "registers (last rows, running aggregates) for the DEFINEs that read the "
                 "match so far"]

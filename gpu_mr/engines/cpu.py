@@ -68,6 +68,22 @@ def unsupported_reason(query: CheckedQuery) -> Optional[str]:
     return M.supports_query(query)
 
 
+def choose_path(query: CheckedQuery) -> tuple:
+    """("dfa" | "registers" | None, None or the reason neither can run it):
+    masks and the DFA when every DEFINE is a row mask, else the register
+    machine when it can hold what the DEFINEs read."""
+    reason = unsupported_reason(query)
+    if reason is None:
+        return "dfa", None
+    if (query.mode is not None or query.skip.kind == "CURRENT_ROW"
+            or query.time_limit is not None or query.match_filter is not None):
+        return None, reason
+    registers_reason = _registers_reason(query)
+    if registers_reason is None:
+        return "registers", None
+    return None, f"{reason}; and the register machine cannot run it: {registers_reason}"
+
+
 @dataclass
 class RunInfo:
     """What the last ``find_matches`` did, for explain-style reporting."""
@@ -88,12 +104,10 @@ class CpuEngine:
         missing = numba_missing()
         if missing is not None:
             return missing
-        if query.history_dependent and _registers_reason(query) is None:
-            return None
-        return unsupported_reason(query)
+        return choose_path(query)[1]
 
     def find_matches(self, query: CheckedQuery, data: SortedInput):
-        if query.history_dependent:
+        if choose_path(query)[0] == "registers":
             from . import registers
             self.last_run = RunInfo("registers")
             return registers.find_matches(query, data)
