@@ -75,7 +75,7 @@ def match_recognize_batches(batches, clause: str, engine: str = "auto") -> Itera
     ...     ORDER BY ts MEASURES FIRST(A.ts) AS s, LAST(C.ts) AS e
     ...     PATTERN (A B+ C+) DEFINE B AS p < PREV(p), C AS p > PREV(p)''')
     >>> pa.concat_tables(pieces).to_pylist()
-    [{'s': 0, 'e': 4}, {'s': 4, 'e': 7}]
+    [{'s': 0, 'e': 4}, {'s': 5, 'e': 7}]
     """
     if not isinstance(clause, str):
         raise GpuMrError(f"the clause must be a string of SQL, not {type(clause).__name__}",
