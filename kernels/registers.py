@@ -442,6 +442,9 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
     return DONE, n_parts
 
 
-KERNEL_FUNCTIONS = ("regs_equal", "copy_regs", "closure", "search", "run_partitions")
-HELPER_FUNCTIONS = ("tdiv", "add_i64", "sub_i64", "mul_i64", "div_i64", "neg_i64", "div_f64", "mod_f64",
-                    "sqrt_f64", "floor_f64", "ceil_f64", "cmp_if", "cmp_ff", "same_float")
+# Functions that reach the generated APPLY / PRED (cloned per query) and those
+# that do not (compiled once).
+QUERY_FUNCTIONS = ("closure", "search", "run_partitions")
+SHARED_FUNCTIONS = ("regs_equal", "copy_regs", "tdiv", "add_i64", "sub_i64", "mul_i64",
+                    "div_i64", "neg_i64", "div_f64", "mod_f64", "sqrt_f64", "floor_f64",
+                    "ceil_f64", "cmp_if", "cmp_ff", "same_float")

@@ -42,11 +42,15 @@ copies; numba compilation (a few seconds) is paid once per query shape.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import re
 import sys
+import tempfile
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -65,6 +69,9 @@ from .base import MatchArrays
 # Inputs this large are matched by the numba-compiled kernel; smaller ones by
 # the same code as plain Python (compilation costs seconds).
 JIT_MIN_ROWS = 20_000
+# First sizes of the kernel's buffers (threads, register rows, seen entries,
+# log nodes, matches, labels); each grows fourfold when full.
+INITIAL_SIZES = (64, 256, 1024, 1024, 1024, 4096)
 # CLASSIFIER() of the k-th previous row is kept for k up to this.
 MAX_LABEL_HISTORY = 32
 # FIRST/LAST offsets kept in registers up to this.
@@ -269,10 +276,10 @@ class _Plan:
     def _module_source(self) -> str:
         L = self.layout
         lines = list(self.arg_sources)
-        lines += [src for src in self.pred_sources.values()]
-        sig = "(q, start, mno, lo, hi, R, F, di, icols, fcols, valid)"
+        sig = "(v, q, start, mno, lo, hi, R, F, di, icols, fcols, valid)"
+        lines.append(f"def APPLY{sig}:")
         for v in range(len(self.query.primary_vars)):
-            lines.append(f"def apply_{v}{sig}:")
+            lines.append(f"    if v == {v}:")
             body = []
             for s, slots in L.last.items():
                 if v in s:
@@ -282,12 +289,12 @@ class _Plan:
             for s, slots in L.first.items():
                 if v in s:
                     fill = L.first_fill[s]
-                    body.append(f"c = R[di, {fill}]")
-                    for j, slot in enumerate(slots):
-                        body.append(f"if c == {j}:")
-                        body.append(f"    R[di, {slot}] = q")
-                    body.append(f"if c < {len(slots)}:")
-                    body.append(f"    R[di, {fill}] = c + 1")
+                    body.append(f"if R[di, {fill}] < {len(slots)}:")
+                    body.append(f"    R[di, {slots[0]}] = q if R[di, {fill}] == 0 else R[di, {slots[0]}]")
+                    for j, slot in enumerate(slots[1:], 1):
+                        body.append(f"    if R[di, {fill}] == {j}:")
+                        body.append(f"        R[di, {slot}] = q")
+                    body.append(f"    R[di, {fill}] += 1")
             for s, slot in L.count.items():
                 if v in s:
                     body.append(f"R[di, {slot}] += 1")
@@ -299,17 +306,13 @@ class _Plan:
                 if agg.rows is None or v in agg.rows:
                     body += _agg_update(agg, v)
             body.append("return 0")
-            lines += ["    " + b for b in body]
-        lines.append(f"def PRED(v, q, start, mno, lo, hi, R, F, di, icols, fcols, valid):")
-        for v in self.pred_sources:
-            lines.append(f"    if v == {v}:")
-            lines.append(f"        return pred_{v}{sig}")
-        lines.append("    return 1")
-        lines.append(f"def APPLY(v, q, start, mno, lo, hi, R, F, di, icols, fcols, valid):")
-        for v in range(len(self.query.primary_vars)):
-            lines.append(f"    if v == {v}:")
-            lines.append(f"        return apply_{v}{sig}")
+            lines += ["        " + b for b in body]
         lines.append("    return 0")
+        lines.append(f"def PRED{sig}:")
+        for v, src in self.pred_sources.items():
+            lines.append(f"    if v == {v}:")
+            lines += ["    " + line for line in src.split("\n")]
+        lines.append("    return 1")
         src = "\n".join(lines) + "\n"
         src = re.sub(r"__VI(\d+)__", lambda m: m.group(1), src)
         return re.sub(r"__VF(\d+)__", lambda m: str(self.n_icols + int(m.group(1))), src)
@@ -319,26 +322,59 @@ class _Plan:
         hit = _KERNEL_CACHE.get(key)
         if hit is not None:
             return hit
-        g = {"np": np, "math": math, "INT64_MIN": K.INT64_MIN, "INT64_MAX": K.INT64_MAX}
-        for name in dir(K):
-            if name.isupper():
-                g[name] = getattr(K, name)
-        for name in K.HELPER_FUNCTIONS:
-            g[name] = getattr(K, name)
-        exec(compile(self.source, "<gpu_mr register predicates>", "exec"), g)
-        for name in K.KERNEL_FUNCTIONS:
-            f = getattr(K, name)
-            g[name] = types.FunctionType(f.__code__, g, name, f.__defaults__)
-        if jit:
-            import numba
-            generated = [n for n, f in g.items() if isinstance(f, types.FunctionType)]
-            for name in generated:
-                g[name] = numba.njit(cache=False)(g[name])
-        run = g["run_partitions"]
+        run = _jit_kernel(self.source) if jit else _python_kernel(self.source)
         if len(_KERNEL_CACHE) > 64:
             _KERNEL_CACHE.clear()
         _KERNEL_CACHE[key] = run
         return run
+
+
+def _python_kernel(source: str):
+    """The kernel as plain Python: the bodies of kernels/registers.py with the
+    generated APPLY / PRED as their globals."""
+    g = {"np": np, "math": math}
+    g.update((n, getattr(K, n)) for n in dir(K) if n.isupper())
+    g.update((n, getattr(K, n)) for n in K.SHARED_FUNCTIONS)
+    exec(compile(source, "<gpu_mr register predicates>", "exec"), g)
+    for name in K.QUERY_FUNCTIONS:
+        f = getattr(K, name)
+        g[name] = types.FunctionType(f.__code__, g, name, f.__defaults__)
+    return g["run_partitions"]
+
+
+def _jit_kernel(source: str):
+    """The kernel compiled by numba. The kernel bodies and the generated code
+    are written as one module file named by their hash, so numba's on-disk
+    cache spares the compilation (seconds) in later processes."""
+    import importlib.util
+    import inspect
+
+    import numba
+    body = ["import math", "import numpy as np", ""]
+    body += [f"{n} = {getattr(K, n)!r}" for n in dir(K)
+             if n.isupper() and isinstance(getattr(K, n), int)]
+    body += [inspect.getsource(getattr(K, n)) for n in K.SHARED_FUNCTIONS + K.QUERY_FUNCTIONS]
+    text = "\n".join(body) + "\n" + source
+    digest = hashlib.sha256((text + numba.__version__).encode()).hexdigest()[:24]
+    name = f"gpu_mr_registers_{digest}"
+    module = sys.modules.get(name)
+    if module is None:
+        folder = Path(os.environ.get("GPU_MR_CACHE_DIR") or
+                      Path(tempfile.gettempdir()) / "gpu_mr_kernels")
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{name}.py"
+        if not path.exists() or path.read_text() != text:
+            tmp = folder / f"{name}.{os.getpid()}.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        for fname, f in list(vars(module).items()):
+            if isinstance(f, types.FunctionType):
+                setattr(module, fname, numba.njit(cache=True)(f))
+    return module.run_partitions
 
 
 def _agg_update(agg: _Agg, v: int) -> list:
@@ -402,7 +438,10 @@ def _agg_update(agg: _Agg, v: int) -> list:
         body.append(f"if {n} == 0:")
         body.append(f"    {reg} = x" if agg.kind != "b" else f"    {reg} = 1 if x else 0")
         body.append(f"{n} += 1")
-    return out + ["        " + b for b in body]
+    # locals of their own per aggregate: numba types each name once per function
+    lines = out + ["        " + b for b in body]
+    return [re.sub(r"\b(st|x|xn|h|t|s)\b", lambda m: f"{m.group(1)}_{agg.fn}", line)
+            for line in lines]
 
 
 # =========================================================== code generation
@@ -448,7 +487,8 @@ class _Gen:
 
     def tmp(self) -> tuple:
         self.n += 1
-        return f"t{self.n}", f"n{self.n}"
+        tag = "a" if self.v < 0 else str(self.v)
+        return f"t{tag}_{self.n}", f"n{tag}_{self.n}"
 
     def fail(self, code: int) -> None:
         self.emit(self.err_stmt.format(code=code))
@@ -461,8 +501,7 @@ class _Gen:
             if kind != "b":
                 raise _Decline("a DEFINE condition must be boolean")
             self.emit(f"return 1 if (not {nul}) and {val} else 0")
-        head = (f"def pred_{self.v}(q, start, mno, lo, hi, R, F, di, icols, fcols, valid):")
-        return "\n".join([head] + self.lines)
+        return "\n".join(self.lines)
 
     def argument(self, e: A.Expr, fn: str) -> str:
         self.v = -1
@@ -1153,7 +1192,7 @@ class _Buffers:
         self.ki = max(1, len(plan.layout.init_i))
         self.kf = max(1, len(plan.layout.init_f))
         self.n_states = len(plan.op)
-        self.sizes = [64, 256, 1024, 1024, 1024, 4096]     # per K.B_* buffer
+        self.sizes = list(INITIAL_SIZES)
         self.alloc()
 
     def alloc(self):
