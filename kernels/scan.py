@@ -188,6 +188,27 @@ def make_scan_driver(scan_one, prange):
     return scan_partitions
 
 
+def mark_present(classes, seen):
+    """``seen[c] = 1`` for every class id ``c`` in ``classes`` (one pass, no
+    int64 copy as ``np.bincount`` would make of uint8 ids)."""
+    for i in range(classes.shape[0]):
+        seen[classes[i]] = 1
+
+
+_mark_present = None
+
+
+def present_classes(classes: np.ndarray, n_classes: int) -> list:
+    """The class ids that occur in ``classes``, ascending."""
+    global _mark_present
+    if _mark_present is None:
+        import numba
+        _mark_present = numba.njit(nogil=True, cache=True)(mark_present)
+    seen = np.zeros(n_classes, dtype=np.uint8)
+    _mark_present(classes, seen)
+    return np.flatnonzero(seen).tolist()
+
+
 # Matches per call of the recovery body on the CPU: enough to amortise the call.
 RECOVER_CHUNK = 4096
 

@@ -250,3 +250,17 @@ def test_public_outputs_equal_reference(clause, table, rows, measures):
         assert got == want, clause
     else:
         assert got.equals(want), f"\n{clause}\n{got.to_pylist()}\n{want.to_pylist()}"
+
+
+def test_many_variables_take_the_renumbered_class_path():
+    # More than 8 variables: classes no longer fit a uint8 bitmask, so they
+    # are renumbered densely before the scan.
+    rng = np.random.default_rng(7)
+    n = 400
+    t = pa.table({"ts": np.arange(n), "x": rng.integers(0, 12, n)})
+    names = [f"V{i}" for i in range(11)]
+    clause = ("ORDER BY ts MEASURES COUNT(*) AS n, CLASSIFIER() AS cls, MATCH_NUMBER() AS mno "
+              f"ALL ROWS PER MATCH PATTERN (({' | '.join(names)})+ V10) "
+              f"DEFINE {', '.join(f'{v} AS x >= {i}' for i, v in enumerate(names))}")
+    assert gpu_mr.match_recognize(t, clause, engine="cpu").equals(
+        gpu_mr.match_recognize(t, clause, engine="reference"))

@@ -40,8 +40,11 @@ from .reference import ReferenceEngine
 
 _SKIP_MODES = {"PAST_LAST_ROW": 0, "NEXT_ROW": 1, "FIRST": 2, "LAST": 3}
 
-# Up to this many variables, classes are renumbered through a lookup table of
-# 2**n entries (a bincount); beyond it, through np.unique (a sort).
+# Up to this many variables the kernels read the packed uint8 bitmask itself
+# (tables get 2**n columns); beyond it, classes are renumbered densely.
+_DIRECT_MAX_VARS = 8
+# Up to this many, the renumbering is a lookup table of 2**n entries (a
+# bincount); beyond it, np.unique (a sort).
 _LOOKUP_MAX_VARS = 16
 
 
@@ -134,13 +137,22 @@ class CpuEngine:
         failing = [v for v, r in results.items() if r is not None and r.failed.any()]
         if failing:
             return f"DEFINE {failing[0]} raises or cannot be represented exactly at some row"
-        present, dense = _renumber(class_bits(query, results, n), len(query.primary_vars))
+        n_vars = len(query.primary_vars)
+        bits = class_bits(query, results, n)
+        if n_vars <= _DIRECT_MAX_VARS:
+            from ..kernels.scan import present_classes
+            present = present_classes(bits, 1 << n_vars)
+            classes = bits
+        else:
+            present, classes = _renumber(bits, n_vars)
         try:
             tables = dfa.dense_tables(present)
         except DfaTooLarge as exc:
             return str(exc)
         self.last_run = RunInfo("dfa", "", tables.n_states - 1, len(present))
-        return dense, tables
+        if n_vars <= _DIRECT_MAX_VARS:
+            tables = tables.over_bitmasks(present, n_vars)
+        return classes, tables
 
     def _fallback(self, query: CheckedQuery, data: SortedInput, reason: str):
         self.last_run = RunInfo("reference", reason)
@@ -156,12 +168,17 @@ def _registers_reason(query: CheckedQuery) -> Optional[str]:
 
 
 def class_bits(query: CheckedQuery, results: dict, n: int) -> np.ndarray:
-    """Per row, the uint32 bitmask of variables that may take it (bit i:
-    primary variable i; a variable without DEFINE always may)."""
-    bits = np.zeros(n, dtype=np.uint32)          # a pattern may have no variable: ()
+    """Per row, the bitmask of variables that may take it (bit i: primary
+    variable i; a variable without DEFINE always may): uint8 for up to 8
+    variables, else uint32."""
+    n_vars = len(query.primary_vars)
+    dtype = np.uint8 if n_vars <= 8 else np.uint32
+    always = sum(1 << i for i, v in enumerate(query.primary_vars) if results[v] is None)
+    bits = np.full(n, always, dtype=dtype)      # a pattern may have no variable: ()
     for i, v in enumerate(query.primary_vars):
-        bits |= (np.ones(n, dtype=np.uint32) if results[v] is None
-                 else results[v].holds.astype(np.uint32)) << np.uint32(i)
+        if results[v] is not None:
+            holds = results[v].holds.view(np.uint8)
+            bits |= holds.astype(dtype, copy=False) << dtype(i) if i else holds
     return bits
 
 

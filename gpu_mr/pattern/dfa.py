@@ -223,6 +223,19 @@ class DfaTables:
     def n_states(self) -> int:
         return int(self.trans.shape[0])
 
+    def over_bitmasks(self, present, n_vars: int) -> "DfaTables":
+        """The same tables indexed by the raw class bitmask (``2**n_vars``
+        columns) instead of the dense index of ``present``: a kernel can then
+        read the packed masks directly, with no per-row renumbering. Columns
+        of bitmasks absent from the data repeat column 0 (never read)."""
+        lookup = np.zeros(1 << n_vars, dtype=np.intp)
+        lookup[np.asarray(present, dtype=np.intp)] = np.arange(len(present))
+        return DfaTables(self.trans[:, lookup], self.matched[:, lookup], self.end_accept,
+                         self.start_first, self.start_other, self.parent_thread[:, lookup],
+                         self.parent_inst[:, lookup], self.match_thread[:, lookup],
+                         self.end_thread, self.inst_var, self.inst_excluded,
+                         self.steps[:, lookup])
+
 
 def match_end(dfa: Dfa, classes, start: int, lo: int, hi: int) -> int:
     """The exclusive end of the preferred match starting at ``start`` (rows
