@@ -165,7 +165,7 @@ def _cpu_kernels():
         except ImportError:                       # numba is the `cpu` extra
             _compiled = False
             return None
-        jit = numba.njit(nogil=True)
+        jit = numba.njit(nogil=True, cache=True)    # on-disk cache: later processes skip compiling
         _compiled = tuple(jit(k) for k in KERNELS)
     return _compiled or None
 
