@@ -35,7 +35,7 @@ def render(report: dict) -> str:
             f"{', '.join(engines)} on the whole dataset, best of {s['repeat']}.", ""]
     head = ["rows", "partitions", "query"]
     for e in engines:
-        head += [f"{e} rows/s", f"{e} best s"]
+        head += [f"{e} rows/s", f"{e} best s", f"{e} first s"]
     head += ["reference rows/s", "out rows"] + [f"{e} vs ref" for e in engines] + ["identical"]
     out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rec in report["results"]:
@@ -44,10 +44,11 @@ def render(report: dict) -> str:
         for e in engines:
             res = rec["engines"].get(e, {})
             if res.get("status") == "ok":
-                row += [_rate(res["rows_per_s"]), f"{res['seconds']:.3f}"]
+                row += [_rate(res["rows_per_s"]), f"{res['seconds']:.3f}",
+                        f"{res['all_seconds'][0]:.3f}"]
                 first_ok = first_ok or res
             else:
-                row += [res.get("status", "-"), "-"]
+                row += [res.get("status", "-"), "-", "-"]
         ref = rec["engines"].get("reference", {})
         row.append(_rate(ref["rows_per_s"]) if ref.get("status") == "ok" else
                    ref.get("status", "-"))
