@@ -260,3 +260,39 @@ def test_buffers_grow_for_long_matches_and_many_threads(monkeypatch):
     want = ReferenceEngine().find_matches(q, data)
     got = R.find_matches(q, data, jit=False)
     assert got.to_matches() == want and len(want) > 0
+
+
+# ------------------------------------------------- the compiled kernel, random data
+
+_JIT_QUERIES = [_TICKS_QUERIES[0]] + ([
+    "AFTER MATCH SKIP TO LAST U PATTERN (A B* C+ | A D) SUBSET U = (A, C) DEFINE "
+    "B AS volume > AVG(U.volume) OR PREV(CLASSIFIER(), 2) = 'A', "
+    "C AS SUM(C.volume) / (volume - 5) < 100 AND CLASSIFIER(U) <> 'B', "
+    "D AS COUNT(*) > 1 AND MIN(price) < A.price",
+    "AFTER MATCH SKIP TO NEXT ROW PATTERN (A {- B+ -} C?) DEFINE "
+    "B AS price * 2 >= MAX(B.price) AND COALESCE(LAST(B.volume, 1), -1) <> volume, "
+    "C AS FIRST(B.price) - price > 0.5 OR COUNT_IF(B.volume > 3) = 2",
+] if FULL else [])
+
+
+@st.composite
+def tick_tables(draw):
+    n = draw(st.integers(0, 14))
+    price = st.one_of(st.floats(-2, 5, allow_nan=False, width=16), st.just(float("nan")),
+                      st.none())
+    return pa.table({
+        "symbol": pa.array([draw(st.sampled_from(["x", "y"])) for _ in range(n)], pa.string()),
+        "ts": pa.array(range(n), pa.int64()),
+        "price": pa.array([draw(price) for _ in range(n)], pa.float64()),
+        "volume": pa.array([draw(st.one_of(st.none(), st.integers(0, 9))) for _ in range(n)],
+                           pa.int64()),
+    })
+
+
+@settings(max_examples=600 if FULL else 40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.sampled_from(_JIT_QUERIES), tick_tables())
+def test_compiled_kernel_matches_reference_on_random_ticks(body, table):
+    pytest.importorskip("numba")
+    clause = "PARTITION BY symbol ORDER BY ts MEASURES COUNT(*) AS n " + body
+    assert _compare(clause, table, jit=True)
