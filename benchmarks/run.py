@@ -213,12 +213,15 @@ WARM_UP_SHAPES = ((2_000, 1), (120_000, 1), (120_000, 64))
 _warm_up_tables: dict = {}
 
 
-def _warm_up(query: Query, engine: str, seed: int) -> Optional[float]:
+def _warm_up(query: Query, engine: str, seed: int, max_rows: int) -> Optional[float]:
     """First calls on small tables of the benchmark's schema: pay any JIT
-    compilation (serial and parallel kernels); returns their total time."""
+    compilation (serial and parallel kernels); returns their total time.
+    Tables larger than the largest dataset (``max_rows``) are left out."""
     total = 0.0
     try:
         for shape in WARM_UP_SHAPES:
+            if shape[0] > max(max_rows, WARM_UP_SHAPES[0][0]):
+                continue
             if shape not in _warm_up_tables:
                 _warm_up_tables[shape] = ticks.generate(*shape, seed=seed + 1)
             dt, _ = _run_once(_warm_up_tables[shape], query, engine)
@@ -252,7 +255,7 @@ def bench_dataset(rows: int, partitions: int, args, queries, engines, first_call
             if engine == "reference":
                 continue
             if (q.name, engine) not in first_calls:
-                first_calls[(q.name, engine)] = _warm_up(q, engine, args.seed)
+                first_calls[(q.name, engine)] = _warm_up(q, engine, args.seed, max(args.rows))
             res = _attempt(table, q, engine, args.repeat)
             rec["engines"][engine] = res
             if ref is not None and ref["status"] == "ok" and res["status"] == "ok":
@@ -289,7 +292,7 @@ def numpy_ratio(args, log) -> dict:
     q = QUERIES[NUMPY_RATIO_QUERY]
     rec = {"rows": rows, "partitions": parts, "query": q.name, "engine": "cpu",
            "numpy_seconds": min(np_times), "numpy_all_seconds": np_times}
-    first = _warm_up(q, "cpu", args.seed)
+    first = _warm_up(q, "cpu", args.seed, rows)
     res = _attempt(table, q, "cpu", max(3, args.repeat))
     res.pop("_out", None)
     rec.update(first_call_seconds=first, result=res)
