@@ -124,12 +124,20 @@ def find_matches(query: CheckedQuery, data: SortedInput, *, jit: Optional[bool] 
     plan = _plan(query)
     n = data.table.num_rows
     if jit is None:
-        jit = n >= JIT_MIN_ROWS
+        jit = n >= JIT_MIN_ROWS and _have_numba()
     kernel = plan.kernel(jit)
     icols, fcols, valid, fallback = _load_columns(plan, data, jit)
     if fallback:
         return _reference(query, data, range(data.num_partitions))
     return _drive(plan, kernel, query, data, icols, fcols, valid, jit)
+
+
+def _have_numba() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # ================================================================ the plan
@@ -290,8 +298,7 @@ class _Plan:
                 if v in s:
                     fill = L.first_fill[s]
                     body.append(f"if R[di, {fill}] < {len(slots)}:")
-                    body.append(f"    R[di, {slots[0]}] = q if R[di, {fill}] == 0 else R[di, {slots[0]}]")
-                    for j, slot in enumerate(slots[1:], 1):
+                    for j, slot in enumerate(slots):
                         body.append(f"    if R[di, {fill}] == {j}:")
                         body.append(f"        R[di, {slot}] = q")
                     body.append(f"    R[di, {fill}] += 1")
