@@ -2,9 +2,10 @@
 
 What: for a query whose DEFINEs are all row-local, each DEFINE becomes one
 vectorised pass over its columns (predicates/masks.py); the masks are
-bit-packed into per-row classes, renumbered densely; the leftmost-first DFA
-(pattern/dfa.py) is explored over the classes the data holds and scanned by
-the numba kernels of kernels/scan.py, partitions in parallel; the preferred
+bit-packed into per-row classes (read as they are up to 8 variables, else
+renumbered densely); the leftmost-first DFA (pattern/dfa.py) is explored over
+the classes the data holds and scanned by the numba kernels of
+kernels/scan.py, partitions in parallel; the preferred
 path of each match (which variable each row took) comes from the DFA's
 thread lineage, one independent job per match. The result is a
 ``MatchArrays``, identical to the reference engine's matches.
@@ -18,9 +19,10 @@ and which error depends on the search), a value the masks cannot represent
 exactly, or a DFA past its state cap -- this engine hands the query to the
 reference engine's matcher and says so in ``last_run``.
 
-Cost: a few numpy passes per DEFINE, one bincount to renumber classes, one
-scan of the rows (plus the rows a successful search looks past its end),
-and O(match length) per match for recovery.
+Cost: about one numpy pass per comparison in a DEFINE, one pass to pack the
+classes, one scan of the rows (about two DFA steps per row on tick data: a
+failed search is retried from the next row, and a successful one looks past
+its end), and O(match length) per match for recovery.
 """
 
 from __future__ import annotations
@@ -160,10 +162,7 @@ class CpuEngine:
 
 
 def _registers_reason(query: CheckedQuery) -> Optional[str]:
-    try:
-        from . import registers
-    except ImportError:
-        return "a DEFINE depends on the match so far (register machine not built)"
+    from . import registers
     return registers.supports(query)
 
 
