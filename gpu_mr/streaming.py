@@ -14,9 +14,12 @@ start -- plus the few rows PREV needs behind it -- are carried over, with
 the partition's match count. The last rows of a batch, whose NEXT(...)
 lies in the next batch, are not scanned until it arrives.
 Queries the DFA path cannot run (DEFINEs that read the match so far, the
-proposal's matching modes, a DEFINE that raises on this data, ...) and
-WITH UNMATCHED ROWS are handled one complete partition at a time: memory then
-grows with the largest partition, not with the stream.
+proposal's matching modes, ...) and WITH UNMATCHED ROWS are handled one
+complete partition at a time: memory then grows with the largest partition,
+not with the stream. When a batch holds data the DFA path cannot answer
+exactly (a DEFINE that raises at some row), the stream goes on that way, and
+the reference matcher resumes the partition under way from its undecided
+search, with the matches already emitted counted.
 
 Memory: for the DFA path, the carry is the open match plus a few rows, so
 peak memory is one batch plus the longest match, however long a partition
@@ -132,6 +135,14 @@ def physical_reach(query: CheckedQuery) -> tuple:
             max((reach(e, "NEXT") for e in exprs), default=0))
 
 
+def _complete(data, first: int, last: int) -> frames.SortedInput:
+    """Partitions ``first .. last-1`` of ``data`` as an input of their own."""
+    offsets = data.partition_offsets
+    lo, hi = int(offsets[first]), int(offsets[last])
+    return frames.SortedInput(data.table.slice(lo, hi - lo), offsets[first:last + 1] - lo,
+                              None, True)
+
+
 @dataclass
 class _Carry:
     table: pa.Table          # rows of the unfinished last partition kept for the next step
@@ -145,6 +156,9 @@ class _StreamRunner:
         self.query = query
         self.engine = engine
         self.carry: Optional[_Carry] = None
+        # Where the DFA path stopped mid-partition and the reference matcher
+        # takes over: (scan_from, number_base, continues) of the carry.
+        self.resume: Optional[tuple] = None
         self.look_back, self.look_ahead = physical_reach(query)
         from .engines.cpu import unsupported_reason
         self.dfa_path = (engine.name == "cpu" and unsupported_reason(query) is None
@@ -185,21 +199,32 @@ class _StreamRunner:
         self.carry = None if final else _Carry(data.table.slice(cut))
         if done <= 0:
             return None
-        complete = frames.SortedInput(data.table.slice(0, cut), offsets[:done + 1],
-                                      data.source_rows[:cut], True)
-        return assemble(self.query, complete, self.engine.find_matches(self.query, complete))
+        pieces = []
+        first = 0
+        if self.resume is not None:
+            # The partition the DFA path left mid-way: the reference matcher
+            # goes on from the undecided search, with the match count so far.
+            from .engines.reference import find_matches_from
+            head = _complete(data, 0, 1)
+            pieces.append(assemble(self.query, head,
+                                   find_matches_from(self.query, head, *self.resume)))
+            self.resume, first = None, 1
+        if first < done:
+            rest = _complete(data, first, done)
+            pieces.append(assemble(self.query, rest, self.engine.find_matches(self.query, rest)))
+        return pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
 
     def _dfa_step(self, data, final: bool) -> Optional[pa.Table]:
         from .engines.cpu import scan_to_matches
         carry = self.carry or _Carry(None)
         prepared = self.engine.prepare(self.query, data)
         if isinstance(prepared, str):
-            # This data needs the reference matcher: from here on, whole partitions.
+            # This data needs the reference matcher (a DEFINE raises at some
+            # row, ...): from here on, whole partitions; the partition under
+            # way resumes where the DFA path stopped.
             self.dfa_path = False
-            if carry.continues:
-                raise GpuMrError(f"cannot finish a partition that spans batches: {prepared}; "
-                                 f"run gpu_mr.match_recognize on it whole",
-                                 code="stream_fallback")
+            if self.carry is not None:
+                self.resume = (carry.scan_from, carry.number_base, carry.continues)
             return self._whole_partitions_step(data, final)
         matches, resume = scan_to_matches(
             self.query, data, *prepared, scan_from=carry.scan_from, continues=carry.continues,

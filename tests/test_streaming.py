@@ -110,3 +110,29 @@ def test_physical_reach():
     q = gpu_mr.compile("ORDER BY ts MEASURES PREV(FIRST(a), 2) AS x, NEXT(a, 3) AS y "
                        "PATTERN (A) DEFINE A AS a > PREV(a)").query
     assert physical_reach(q) == (2, 3)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
+def test_a_define_raising_unreached_mid_stream_resumes_on_the_reference(size):
+    # 10 / x fails at x = 0 (row 7), but no search evaluates B there, so the
+    # reference gives four matches and no error; a batch holding row 7
+    # cannot be answered by masks, and the partition under way resumes on
+    # the reference matcher with its match count.
+    t = pa.table({"ts": list(range(12)), "x": [1, 2, 3, 4, 5, 6, 1, 0, 1, 2, 5, 9]})
+    q = ("ORDER BY ts MEASURES MATCH_NUMBER() AS mno, FIRST(ts) AS s "
+         "PATTERN (A B) DEFINE A AS x > 1, B AS 10 / x > 1")
+    want = gpu_mr.match_recognize(t, q, engine="reference")
+    assert want.num_rows == 4
+    got = pa.concat_tables(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=size), q))
+    assert got.equals(want)
+
+
+def test_anchor_and_numbering_after_resuming_on_the_reference():
+    t = pa.table({"p": [1] * 8 + [2] * 4, "ts": list(range(12)),
+                  "x": [2, 3, 1, 0, 2, 3, 2, 3, 2, 3, 2, 3]})
+    q = ("PARTITION BY p ORDER BY ts MEASURES MATCH_NUMBER() AS mno, FIRST(ts) AS s "
+         "PATTERN (^? A B) DEFINE A AS x = 2, B AS 9 / x > 2")
+    want = gpu_mr.match_recognize(t, q, engine="reference")
+    for size in (2, 3, 5):
+        pieces = gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=size), q)
+        assert pa.concat_tables(pieces).equals(want)

@@ -81,6 +81,23 @@ class ReferenceEngine:
         return matches
 
 
+def find_matches_from(query: CheckedQuery, data: SortedInput, scan_from: int,
+                      number_base: int, continues: bool) -> list:
+    """The matches of ``data``'s first partition from row ``scan_from`` on,
+    numbered after ``number_base`` earlier ones; ``continues``: the partition
+    began before the rows at hand (``^`` holds nowhere, PREV reaches back only
+    as far as they go). For a stream that resumes a partition mid-way."""
+    program = compile_nfa(query.pattern, query.primary_vars)
+    needed = _referenced_columns(query)
+    columns = {name: T.arrow_values(data.table.column(name), t)
+               for name, t in query.column_types.items() if name in needed}
+    lo, hi = int(data.partition_offsets[0]), int(data.partition_offsets[1])
+    matcher = _PartitionMatcher(query, program, Interpreter(query, columns), 0, lo, hi)
+    if continues:
+        matcher.part_start = -1
+    return matcher.run_from(scan_from, number_base)
+
+
 def _referenced_columns(query: CheckedQuery) -> set:
     names = set()
     exprs = list(query.defines.values()) + [m.expr for m in query.measures]
@@ -102,6 +119,7 @@ class _PartitionMatcher:
         self.interp = interp
         self.part = part
         self.lo, self.hi = lo, hi
+        self.part_start = lo     # where ^ holds: -1 when the partition began before lo
         self.var_ids = {name: i for i, name in enumerate(query.primary_vars)}
         self.define_of = [query.defines.get(name) for name in query.primary_vars]
         self.row_local = not query.history_dependent
@@ -126,8 +144,11 @@ class _PartitionMatcher:
             return modes.run_maximal(self)
         if mode == "INCREMENTAL":
             return modes.run_incremental(self)
+        return self.run_from(self.lo, 0)
+
+    def run_from(self, pos: int, number: int) -> list:
+        """Matches from row ``pos`` on, numbered after ``number`` earlier ones."""
         matches = []
-        pos, number = self.lo, 0
         while pos < self.hi:
             found = self.search(pos, number + 1)
             if found is None:
@@ -295,7 +316,7 @@ class _PartitionMatcher:
             elif op == EPS:
                 stack.append(inst.out)
             elif op == ASSERT_START:
-                if q == self.lo:
+                if q == self.part_start:
                     stack.append(inst.out)
             elif op == ASSERT_END:
                 if q == self.hi:
