@@ -264,3 +264,16 @@ def test_many_variables_take_the_renumbered_class_path():
               f"DEFINE {', '.join(f'{v} AS x >= {i}' for i, v in enumerate(names))}")
     assert gpu_mr.match_recognize(t, clause, engine="cpu").equals(
         gpu_mr.match_recognize(t, clause, engine="reference"))
+
+
+def test_concurrent_queries_from_threads_do_not_mix():
+    # The engine object is shared; each call must use its own query's plan.
+    from concurrent.futures import ThreadPoolExecutor
+    t = v_shape_table(20_000, seed=5)
+    clauses = [V_SHAPE.format(rows="", skip="PAST LAST ROW"),
+               V_SHAPE.format(rows="", skip="TO NEXT ROW").replace("B+", "B{2,}")]
+    want = [gpu_mr.match_recognize(t, c, engine="cpu") for c in clauses]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda i: gpu_mr.match_recognize(t, clauses[i % 2], engine="cpu"),
+                            range(16)))
+    assert all(g.equals(want[i % 2]) for i, g in enumerate(got))

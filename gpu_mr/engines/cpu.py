@@ -131,10 +131,12 @@ class CpuEngine:
         """(dense classes, DFA tables) for the scan, or the reason the DFA
         path cannot answer exactly on this data (the caller falls back)."""
         n = data.table.num_rows
-        if self._plan is None or self._plan[0] is not query:
-            self._plan = (query, M.compile_masks(query),
-                          Dfa(compile_nfa(query.pattern, query.primary_vars)))
-        _, mask_set, dfa = self._plan
+        plan = self._plan            # one read: another thread may replace it meanwhile
+        if plan is None or plan[0] is not query:
+            plan = (query, M.compile_masks(query),
+                    Dfa(compile_nfa(query.pattern, query.primary_vars)))
+            self._plan = plan
+        _, mask_set, dfa = plan
         results = mask_set.evaluate_detailed(data)
         failing = [v for v, r in results.items() if r is not None and r.failed.any()]
         if failing:
