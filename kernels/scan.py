@@ -35,6 +35,9 @@ Cost: O(rows scanned) per partition; O(match length) per recovered match.
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
+
 import numpy as np
 
 SKIP_PAST_LAST_ROW = 0
@@ -237,6 +240,27 @@ _compiled: dict = {}
 # Below this many rows a parallel launch costs more than it saves.
 PARALLEL_MIN_ROWS = 50_000
 
+# numba's work-queue threads serve one parallel launch at a time (a second
+# one from another Python thread aborts the process): a thread that finds
+# them busy runs the serial kernel instead.
+_parallel_lock = threading.Lock()
+
+
+@contextmanager
+def _kernels_for(work: int, parallel_ok: bool, compiled: bool):
+    """The (scan, recovery) kernels for ``work`` rows: the plain Python bodies
+    unless ``compiled``; parallel when the work is large enough and no other
+    thread is in a parallel launch."""
+    if not compiled:
+        yield scan_partitions, recover_all
+    elif work >= PARALLEL_MIN_ROWS and parallel_ok and _parallel_lock.acquire(blocking=False):
+        try:
+            yield _cpu_kernels(True)
+        finally:
+            _parallel_lock.release()
+    else:
+        yield _cpu_kernels(False)
+
 
 def _cpu_kernels(parallel: bool = False):
     """numba.njit versions (scan, recovery), compiled on first use (numba is
@@ -305,14 +329,15 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     slot_hi = np.empty(path_scratch, dtype=np.int64)
     slot_out = np.empty(path_scratch, dtype=np.int64)
     errors = np.zeros((n_parts, 3), dtype=np.int64)
-    fn = (_cpu_kernels(n >= PARALLEL_MIN_ROWS and n_parts > 1)[0] if compiled
-          else scan_partitions)
     t = tables
-    fn(classes, scan_lo, scan_hi, part_start, open_flags, t.trans, t.steps, t.end_accept,
-       np.int32(t.start_first), np.int32(t.start_other), np.int32(skip_mode),
-       np.int64(skip_vars), t.parent_thread, t.parent_inst, t.match_thread, t.end_thread,
-       t.inst_var, t.inst_excluded, out_start, out_end, counts, dead_state, scratch_states,
-       scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors)
+    with _kernels_for(n, n_parts > 1, compiled) as kernels:
+        fn = kernels[0]
+        fn(classes, scan_lo, scan_hi, part_start, open_flags, t.trans, t.steps, t.end_accept,
+           np.int32(t.start_first), np.int32(t.start_other), np.int32(skip_mode),
+           np.int64(skip_vars), t.parent_thread, t.parent_inst, t.match_thread, t.end_thread,
+           t.inst_var, t.inst_excluded, out_start, out_end, counts, dead_state,
+           scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+           slot_out, errors)
     # Compact the per-partition slot ranges (from each scan's first row) in order.
     partitions = np.repeat(np.arange(n_parts, dtype=np.int64), counts)
     base = np.zeros(n_parts + 1, dtype=np.int64)
@@ -342,9 +367,10 @@ def run_recovery(classes: np.ndarray, offsets: np.ndarray, starts: np.ndarray,
         part_start[0] = -1
     match_part_start = part_start[partitions]
     match_hi = offsets[partitions + 1].astype(np.int64)
-    fn = _cpu_kernels(total >= PARALLEL_MIN_ROWS)[1] if compiled else recover_all
     t = tables
-    fn(classes, match_part_start, match_hi, starts, ends, label_offsets, t.trans,
-       np.int32(t.start_first), np.int32(t.start_other), t.parent_thread, t.parent_inst,
-       t.match_thread, t.end_thread, t.inst_var, t.inst_excluded, states, labels, excluded)
+    with _kernels_for(total, True, compiled) as kernels:
+        fn = kernels[1]
+        fn(classes, match_part_start, match_hi, starts, ends, label_offsets, t.trans,
+           np.int32(t.start_first), np.int32(t.start_other), t.parent_thread, t.parent_inst,
+           t.match_thread, t.end_thread, t.inst_var, t.inst_excluded, states, labels, excluded)
     return label_offsets, labels, excluded.astype(bool)

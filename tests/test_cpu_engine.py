@@ -267,9 +267,10 @@ def test_many_variables_take_the_renumbered_class_path():
 
 
 def test_concurrent_queries_from_threads_do_not_mix():
-    # The engine object is shared; each call must use its own query's plan.
+    # The engine object is shared: each call must use its own query's plan, and
+    # only one thread at a time may launch numba's parallel (work-queue) kernels.
     from concurrent.futures import ThreadPoolExecutor
-    t = v_shape_table(20_000, seed=5)
+    t = v_shape_table(120_000, seed=5)     # past PARALLEL_MIN_ROWS: parallel kernels
     clauses = [V_SHAPE.format(rows="", skip="PAST LAST ROW"),
                V_SHAPE.format(rows="", skip="TO NEXT ROW").replace("B+", "B{2,}")]
     want = [gpu_mr.match_recognize(t, c, engine="cpu") for c in clauses]
