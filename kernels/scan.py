@@ -240,9 +240,10 @@ _compiled: dict = {}
 # Below this many rows a parallel launch costs more than it saves.
 PARALLEL_MIN_ROWS = 50_000
 
-# numba's work-queue threads serve one parallel launch at a time (a second
-# one from another Python thread aborts the process): a thread that finds
-# them busy runs the serial kernel instead.
+# numba's threading layer is the process's (we do not pick it: user code
+# shares it). Its work-queue fallback serves one parallel launch at a time (a
+# second one from another Python thread aborts the process), so our launches
+# take turns: a thread that finds one under way runs the serial kernel.
 _parallel_lock = threading.Lock()
 
 
@@ -268,13 +269,7 @@ def _cpu_kernels(parallel: bool = False):
     The parallel ones run partitions and matches on all cores."""
     hit = _compiled.get(parallel)
     if hit is None:
-        import os
-
         import numba
-        if parallel and "NUMBA_THREADING_LAYER" not in os.environ:
-            # OpenMP's spinning barrier costs milliseconds per launch when the
-            # cores are shared (seen on 2-core CI); the work queue does not.
-            numba.config.THREADING_LAYER = "workqueue"
         body = numba.njit(nogil=True, cache=True)
         driver = numba.njit(nogil=True, parallel=parallel, cache=True)
         loop = numba.prange if parallel else range
