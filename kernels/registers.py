@@ -16,7 +16,10 @@ The query-specific parts are two generated functions reached as globals:
 ``PRED(v, q, ...)`` evaluates DEFINE of v at row q on an updated row
 (0 false, 1 true, 2 the interpreter raises, 3 not representable here: the
 host reruns that partition with the reference engine, which produces the
-exact result or error). gpu_mr/engines/registers.py generates them and
+exact result or error). The DEFINEs' literals are not in that code: they are
+read from ``ci`` (int64: integers, booleans, labels) and ``cf`` (float64),
+arguments passed through, so queries differing only in constants share one
+compiled kernel. gpu_mr/engines/registers.py generates them and
 clones these bodies with them as globals, then runs the clones as plain
 Python (small inputs) or compiled with ``numba.njit``.
 
@@ -208,7 +211,7 @@ def copy_regs(si, sf, src, di, df, dst, ki, kf):
 
 def closure(entry, node, row, q, lo, hi, start, mno, op, out, out2, var,
             pi, pf, ki, kf, nxt_state, nxt_node, nxt_reg, seen_stamp, seen_head, ent_row,
-            ent_next, stack, ctr, icols, fcols, valid):
+            ent_next, stack, ctr, icols, fcols, valid, ci, cf):
     """Add the CONSUME/MATCH states reachable from ``entry`` at row ``q`` to
     the next thread list, in priority order, each (state, registers) once per
     step. Returns a status."""
@@ -264,8 +267,10 @@ def closure(entry, node, row, q, lo, hi, start, mno, op, out, out2, var,
                     return GROW
                 copy_regs(pi, pf, row, pi, pf, scratch, ki, kf)
                 v = var[s]
-                APPLY(v, q, start, mno, lo, hi, pi, pf, scratch, icols, fcols, valid)
-                res = PRED(v, q, start, mno, lo, hi, pi, pf, scratch, icols, fcols, valid)
+                APPLY(v, q, start, mno, lo, hi, pi, pf, scratch, icols, fcols, valid, ci,
+                      cf)
+                res = PRED(v, q, start, mno, lo, hi, pi, pf, scratch, icols, fcols, valid,
+                           ci, cf)
                 if res >= 2:
                     return res
                 fails = res == 0
@@ -287,7 +292,7 @@ def closure(entry, node, row, q, lo, hi, start, mno, op, out, out2, var,
 def search(pos, mno, lo, hi, start_state, op, out, out2, var, excl, init_i, init_f, ki, kf,
            cur_state, cur_node, cur_reg, nxt_state, nxt_node, nxt_reg, pool_ai, pool_af,
            pool_bi, pool_bf, seen_stamp, seen_head, ent_row, ent_next, stack, log_par,
-           log_var, log_exc, ctr, icols, fcols, valid, result):
+           log_var, log_exc, ctr, icols, fcols, valid, ci, cf, result):
     """The preferred match starting at ``pos``: result[0] = end (exclusive)
     or -1, result[1] = its log node. Returns a status."""
     ctr[C_STAMP] += 1
@@ -303,7 +308,7 @@ def search(pos, mno, lo, hi, start_state, op, out, out2, var, excl, init_i, init
     result[1] = 0
     st = closure(start_state, 0, 0, pos, lo, hi, pos, mno, op, out, out2, var, pool_bi,
                  pool_bf, ki, kf, nxt_state, nxt_node, nxt_reg, seen_stamp, seen_head, ent_row,
-                 ent_next, stack, ctr, icols, fcols, valid)
+                 ent_next, stack, ctr, icols, fcols, valid, ci, cf)
     if st != DONE:
         return st
     # the next list becomes the current one
@@ -333,8 +338,10 @@ def search(pos, mno, lo, hi, start_state, op, out, out2, var, excl, init_i, init
                 return GROW
             copy_regs(pool_ai, pool_af, cur_reg[t], pool_bi, pool_bf, r, ki, kf)
             v = var[s]
-            APPLY(v, q, pos, mno, lo, hi, pool_bi, pool_bf, r, icols, fcols, valid)
-            res = PRED(v, q, pos, mno, lo, hi, pool_bi, pool_bf, r, icols, fcols, valid)
+            APPLY(v, q, pos, mno, lo, hi, pool_bi, pool_bf, r, icols, fcols, valid, ci,
+                  cf)
+            res = PRED(v, q, pos, mno, lo, hi, pool_bi, pool_bf, r, icols, fcols, valid, ci,
+                       cf)
             if res >= 2:
                 return res
             if res == 1:
@@ -350,7 +357,7 @@ def search(pos, mno, lo, hi, start_state, op, out, out2, var, excl, init_i, init
                 st = closure(out[s], node, r, q + 1, lo, hi, pos, mno, op, out, out2, var,
                              pool_bi, pool_bf, ki, kf, nxt_state, nxt_node, nxt_reg,
                              seen_stamp, seen_head, ent_row, ent_next, stack, ctr, icols,
-                             fcols, valid)
+                             fcols, valid, ci, cf)
                 if st != DONE:
                     return st
         cur_state, nxt_state = nxt_state, cur_state
@@ -367,7 +374,7 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
                    skip_set, init_i, init_f, cur_state, cur_node, cur_reg, nxt_state, nxt_node,
                    nxt_reg, pool_ai, pool_af, pool_bi, pool_bf, seen_stamp, seen_head, ent_row,
                    ent_next, stack, log_par, log_var, log_exc, ctr, icols, fcols, valid,
-                   m_part, m_num, m_start, m_end, labels, lexc, out_ctr, result):
+                   ci, cf, m_part, m_num, m_start, m_end, labels, lexc, out_ctr, result):
     """Match partitions ``first_part ..``; matches go to ``m_*`` (count in
     out_ctr[0]) and their rows' labels to ``labels``/``lexc`` (count in
     out_ctr[1]). Returns (status, partition): DONE, or the partition where it
@@ -387,7 +394,7 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
                         init_f, ki, kf, cur_state, cur_node, cur_reg, nxt_state, nxt_node,
                         nxt_reg, pool_ai, pool_af, pool_bi, pool_bf, seen_stamp, seen_head,
                         ent_row, ent_next, stack, log_par, log_var, log_exc, ctr, icols, fcols,
-                        valid, result)
+                        valid, ci, cf, result)
             if st != DONE:
                 out_ctr[0] = m0
                 out_ctr[1] = l0

@@ -296,3 +296,80 @@ def test_compiled_kernel_matches_reference_on_random_ticks(body, table):
     pytest.importorskip("numba")
     clause = "PARTITION BY symbol ORDER BY ts MEASURES COUNT(*) AS n " + body
     assert _compare(clause, table, jit=True)
+
+
+# ------------------------------------------- constants are data, not code
+
+_SWEEPS = [   # (DEFINE with {k}, values of k): one query shape, several constants
+    ("B AS B.price < AVG(B.price) * {k}, C AS C.price > A.price", ["1.01", "1.02", "0.5"]),
+    ("B AS COUNT(B.*) < {k} AND price < A.price, C AS price > A.price", ["2", "5", "-1"]),
+    ("B AS (volume > {k}) = TRUE, C AS price > A.price", ["3", "300"]),
+    ("B AS COALESCE(BOOL_OR(B.volume > 5), {k}) AND price < PREV(price), "
+     "C AS price > A.price", ["TRUE", "FALSE"]),
+    ("B AS PREV(CLASSIFIER()) <> '{k}' AND price < A.price, C AS price > A.price",
+     ["B", "A", "Z"]),
+    ("B AS volume IN (1, {k}, 7) OR price BETWEEN {k} - 1 AND 100.5, C AS price > A.price",
+     ["2", "8"]),
+]
+
+
+def _tick_query(define: str, table: pa.Table):
+    clause = ("PARTITION BY symbol ORDER BY ts MEASURES COUNT(*) AS n "
+              f"PATTERN (A B+ C) DEFINE {define}")
+    q = analyze(parse_clause(clause), table.schema)
+    assert R.supports(q) is None, clause
+    return q
+
+
+@pytest.mark.parametrize("define, values", _SWEEPS)
+def test_queries_differing_only_in_constants_share_one_kernel(define, values):
+    from gpu_mr.demo import generate_ticks
+    table = generate_ticks(rows=600, symbols=3, seed=7)
+    plans = []
+    for k in values:
+        q = _tick_query(define.format(k=k), table)
+        plans.append(R._plan(q))
+        data = sort_for_matching(table, q.partition_columns, q.order_keys)
+        want = ReferenceEngine().find_matches(q, data)
+        assert R.find_matches(q, data, jit=False).to_matches() == want
+    assert len({p.source for p in plans}) == 1
+    assert len({id(p.kernel(False)) for p in plans}) == 1
+    assert len({(tuple(p.const_i), tuple(p.const_f)) for p in plans}) == len(values)
+
+
+def test_integer_constants_stay_exact_and_keep_the_interpreters_errors():
+    big = 2**53
+    table = pa.table({"ts": pa.array(range(8), pa.int64()),
+                      "a": pa.array([big, big + 1, big + 1, big, big + 1, 2**62, 2**62, 1],
+                                    pa.int64()),
+                      "x": pa.array([0.1, 0.1, 0.30000000000000004, 0.3, 0.1, 1.0, 2.0, 0.5])})
+    defines = [
+        f"B AS B.a = {big + 1}",                    # not rounded to 2**53
+        f"B AS B.a - {big} = 1 AND A.a <> {big + 1}",
+        "B AS B.a * 2 > 9223372036854775806",     # overflow: the reference's error
+        f"B AS B.a + {2**62} > 0",
+        "B AS B.a / 3 = 3002399751580330",          # truncating integer division
+        "B AS B.x + 0.2 = 0.30000000000000004",     # the very double
+        "B AS B.x < 0.3 AND B.a > 1.5",
+        f"B AS B.a > {float(big)}",                 # int against double: exact or falls back
+        "B AS (B.a = 1) = FALSE",
+    ]
+    for d in defines:
+        assert _compare(f"ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) DEFINE {d}", table)
+
+
+def test_a_parameter_sweep_compiles_once(monkeypatch):
+    pytest.importorskip("numba")
+    from gpu_mr.demo import generate_ticks
+    compiled = []
+    original = R._jit_kernel
+    monkeypatch.setattr(R, "_KERNEL_CACHE", {})
+    monkeypatch.setattr(R, "_jit_kernel", lambda src: compiled.append(src) or original(src))
+    table = generate_ticks(rows=600, symbols=3, seed=7)
+    for k, n in (("1.01", 20), ("1.02", 3), ("0.99", 20)):
+        q = _tick_query(f"B AS B.price < AVG(B.price) * {k} AND COUNT(B.*) < {n}, "
+                        "C AS C.price > A.price", table)
+        data = sort_for_matching(table, q.partition_columns, q.order_keys)
+        want = ReferenceEngine().find_matches(q, data)
+        assert R.find_matches(q, data, jit=True).to_matches() == want
+    assert len(compiled) == 1

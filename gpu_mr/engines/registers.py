@@ -24,7 +24,12 @@ registers have equal futures and merge. DEFINE conditions are generated as
 Python source from the AST (three-valued logic, the interpreter's order of
 evaluation and short circuits, exact int64 arithmetic with its overflow and
 division errors, IEEE doubles with its division rules), run as plain Python
-for small inputs and compiled with numba for large ones. Whenever the
+for small inputs and compiled with numba for large ones. Literals are not
+written into that code: it reads them from two constant arrays (int64 for
+integers, booleans and labels; float64 for doubles) passed to the kernel, so
+queries differing only in constants (a parameter sweep) generate the same
+source and share one compiled kernel, in process and in numba's disk cache;
+an integer literal stays an exact int64, a double the same double. Whenever the
 interpreter would raise, or a value leaves what the registers hold exactly
 (an int64 sum overflowing, an int compared with a double beyond 2**53), the
 kernel stops and that partition is rerun by the reference engine, which gives
@@ -37,7 +42,8 @@ CLASSIFIER at rows the registers do not keep, ROUND/LN/EXP/POWER and casts
 that go through decimals.
 
 Cost: O(rows scanned x live threads x DEFINE cost) per search, no path
-copies; numba compilation (a few seconds) is paid once per query shape.
+copies; numba compilation (a few seconds) is paid once per query shape
+(constants aside: see above).
 """
 
 from __future__ import annotations
@@ -246,6 +252,9 @@ class _Plan:
         self.n_fcols = 0
         self.layout = _Layout()
         self.arg_sources: list = []
+        # the DEFINEs' literals, in the order generated: data, not code (see _Gen.constant)
+        self.const_i: list = []         # integers, booleans (0/1), labels
+        self.const_f: list = []         # doubles
         self.pred_sources: dict = {}
         for name in q.primary_vars:
             expr = q.defines.get(name)
@@ -284,7 +293,7 @@ class _Plan:
     def _module_source(self) -> str:
         L = self.layout
         lines = list(self.arg_sources)
-        sig = "(v, q, start, mno, lo, hi, R, F, di, icols, fcols, valid)"
+        sig = "(v, q, start, mno, lo, hi, R, F, di, icols, fcols, valid, ci, cf)"
         lines.append(f"def APPLY{sig}:")
         for v in range(len(self.query.primary_vars)):
             lines.append(f"    if v == {v}:")
@@ -323,6 +332,16 @@ class _Plan:
         src = "\n".join(lines) + "\n"
         src = re.sub(r"__VI(\d+)__", lambda m: m.group(1), src)
         return re.sub(r"__VF(\d+)__", lambda m: str(self.n_icols + int(m.group(1))), src)
+
+    def constants(self, jit: bool) -> tuple:
+        """The literals the generated code reads (``ci[k]``, ``cf[k]``): int64 and
+        float64 arrays for numba, lists of Python ints and floats for plain
+        Python (exact as the literals were; never empty, so numba can type them)."""
+        ci = [int(x) for x in self.const_i] or [0]
+        cf = [float(x) for x in self.const_f] or [0.0]
+        if not jit:
+            return ci, cf
+        return np.array(ci, dtype=np.int64), np.array(cf, dtype=np.float64)
 
     def kernel(self, jit: bool):
         key = (self.source, jit)
@@ -390,7 +409,7 @@ def _agg_update(agg: _Agg, v: int) -> list:
     if agg.kind == "u" or agg.node.star:
         return []
     out = [f"if R[di, {agg.err}] == 0:"]
-    out.append(f"    st, x, xn = {agg.fn}(q, {v}, mno, lo, hi, icols, fcols, valid)")
+    out.append(f"    st, x, xn = {agg.fn}(q, {v}, mno, lo, hi, icols, fcols, valid, ci, cf)")
     out.append(f"    if st != 0:")
     out.append(f"        R[di, {agg.err}] = st")
     out.append(f"    elif not xn:")
@@ -518,7 +537,7 @@ class _Gen:
         if k2 == "u":
             val, nul = _ZERO[kind], "True"
         self.emit(f"return 0, {val}, {nul}")
-        head = f"def {fn}(q, v, mno, lo, hi, icols, fcols, valid):"
+        head = f"def {fn}(q, v, mno, lo, hi, icols, fcols, valid, ci, cf):"
         return "\n".join([head] + self.lines)
 
     def label_of_current(self) -> str:
@@ -548,19 +567,24 @@ class _Gen:
         if lt == "bigint":
             if not K.INT64_MIN <= e.value <= K.INT64_MAX:
                 raise _Decline("an integer literal beyond 64 bits")
-            return f"({int(e.value)})", "False", "i"
+            return self.constant("i", int(e.value)), "False", "i"
         if lt == "double":
-            v = float(e.value)
-            if math.isnan(v):
-                return "math.nan", "False", "f"
-            if math.isinf(v):
-                return ("math.inf" if v > 0 else "(-math.inf)"), "False", "f"
-            return f"({v!r})", "False", "f"
+            return self.constant("f", float(e.value)), "False", "f"
         if lt == "boolean":
-            return ("True" if e.value else "False"), "False", "b"
+            return f"({self.constant('i', 1 if e.value else 0)} != 0)", "False", "b"
         if lt == "varchar":
-            return str(self.label_id(e.value)), "False", "l"
+            return self.constant("i", self.label_id(e.value)), "False", "l"
         raise _Decline(f"{lt} literals are not compiled")
+
+    def constant(self, kind: str, value) -> str:
+        """Code reading a literal from the constant arrays (``ci`` int64, ``cf``
+        float64), not the literal itself: queries that differ only in their
+        constants generate the same source and share one compiled kernel (a
+        parameter sweep compiles once). One slot per occurrence, in the order
+        generated, so the slots depend on the query's shape only."""
+        consts = self.plan.const_i if kind == "i" else self.plan.const_f
+        consts.append(value)
+        return f"c{kind}[{len(consts) - 1}]"
 
     def label_id(self, text: str) -> int:
         ids = self.plan.var_ids
@@ -1236,6 +1260,7 @@ def _drive(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, f
     buf = _Buffers(plan, data.table.num_rows)
     init_i = np.array(plan.layout.init_i or [0], dtype=np.int64)
     init_f = np.array(plan.layout.init_f or [0.0], dtype=np.float64)
+    ci, cf = plan.constants(jit)
     chunks: list = []
     part = 0
     out_ctr = np.zeros(2, dtype=np.int64)
@@ -1247,8 +1272,8 @@ def _drive(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, f
             plan.skip_kind, plan.skip_set, init_i, init_f, b.cur_state, b.cur_node, b.cur_reg,
             b.nxt_state, b.nxt_node, b.nxt_reg, b.pool_ai, b.pool_af, b.pool_bi, b.pool_bf,
             b.seen_stamp, b.seen_head, b.ent_row, b.ent_next, b.stack, b.log_par, b.log_var,
-            b.log_exc, b.ctr, icols, fcols, valid, b.m_part, b.m_num, b.m_start, b.m_end,
-            b.labels, b.lexc, out_ctr, result)
+            b.log_exc, b.ctr, icols, fcols, valid, ci, cf, b.m_part, b.m_num, b.m_start,
+            b.m_end, b.labels, b.lexc, out_ctr, result)
         chunks.append(_take(buf, out_ctr))
         out_ctr[:] = 0
         if status == K.DONE:
