@@ -298,6 +298,16 @@ def cmd_demo(args: argparse.Namespace, progress: Progress) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace, progress: Progress) -> int:
+    from gpu_mr.bench import run_bench
+
+    if args.rows < 1 or args.symbols < 1 or args.reference_rows < 1 or args.repeat < 1:
+        raise UsageError("--rows, --symbols, --reference-rows and --repeat must be >= 1")
+    with progress.stage(f"benchmarking {args.rows} ticks over {args.symbols} symbols"):
+        records = run_bench(args.rows, args.symbols, args.reference_rows, args.repeat)
+    return 0 if all(r["identical"] for r in records) else 1
+
+
 def _indent(text: str, prefix: str = "    ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
@@ -350,6 +360,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-rows", type=int, default=10, metavar="N",
                       help="matches to print per query (default 10)")
     demo.set_defaults(func=cmd_demo)
+
+    bench = sub.add_parser(
+        "bench", help="measure the engines on synthetic ticks (ratios from one run)",
+        description="Run the V- and W-shape queries over sorted synthetic ticks with each "
+                    "fast engine and print rows/s, the speed-up over the reference engine "
+                    "and the time relative to one numpy pass over the price column. "
+                    "Exit status 1 if an engine's result differs from the reference's. "
+                    "The full suite is benchmarks/run.py in a source checkout.")
+    bench.add_argument("--rows", type=int, default=1_000_000, help="rows (default 1000000)")
+    bench.add_argument("--symbols", type=int, default=100, help="symbols (default 100)")
+    bench.add_argument("--reference-rows", type=int, default=20_000,
+                       help="rows given to the slow reference engine (default 20000)")
+    bench.add_argument("--repeat", type=int, default=3, help="timed runs, best kept (default 3)")
+    bench.set_defaults(func=cmd_bench)
     return parser
 
 

@@ -215,6 +215,14 @@ def test_demo_small():
     assert proc.stdout.count("matches in") == 2
 
 
+def test_bench_small():
+    proc = ok(run_cli("bench", "--rows", "3000", "--symbols", "3", "--reference-rows", "800",
+                      "--repeat", "1"))
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(("V-shape", "W-shape"))]
+    assert len(lines) == 2 and all(line.rstrip().endswith("yes") for line in lines)
+    user_error(run_cli("bench", "--rows", "0"))
+
+
 # ------------------------------------------------------------------ errors
 
 
