@@ -51,7 +51,7 @@ def match_recognize_batches(batches, clause: str, engine: str = "auto") -> Itera
     Parameters
     ----------
     batches : pyarrow.RecordBatchReader, pyarrow.Table, or iterable of
-        pyarrow.RecordBatch / pyarrow.Table
+        pyarrow.RecordBatch / pyarrow.Table / pandas.DataFrame
         Rows sorted by the clause's PARTITION BY keys, then its ORDER BY
         keys, all with one schema. A partition may span many batches.
     clause : str
@@ -63,7 +63,8 @@ def match_recognize_batches(batches, clause: str, engine: str = "auto") -> Itera
     ------
     pyarrow.Table
         Consecutive pieces of the result; concatenated, they equal
-        ``gpu_mr.match_recognize`` over all the rows.
+        ``gpu_mr.match_recognize`` over all the rows. An empty stream yields
+        nothing (there is no schema to type an empty result).
 
     Raises
     ------
@@ -110,9 +111,11 @@ def _batches(source) -> Iterator[pa.Table]:
     for item in source:
         if isinstance(item, pa.RecordBatch):
             item = pa.Table.from_batches([item])
+        elif frames._is_pandas(item):
+            item = frames.to_arrow(item)[0]
         elif not isinstance(item, pa.Table):
-            raise GpuMrError(f"batches must hold pyarrow RecordBatches or Tables, found "
-                             f"{type(item).__name__}", code="bad_argument")
+            raise GpuMrError(f"batches must hold pyarrow RecordBatches or Tables (or pandas "
+                             f"DataFrames), found {type(item).__name__}", code="bad_argument")
         if item.num_rows:
             yield item
 

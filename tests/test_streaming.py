@@ -136,3 +136,12 @@ def test_anchor_and_numbering_after_resuming_on_the_reference():
     for size in (2, 3, 5):
         pieces = gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=size), q)
         assert pa.concat_tables(pieces).equals(want)
+
+
+def test_pandas_batches_and_empty_streams():
+    t = pa.table({"ts": list(range(6)), "x": [1, 2, 1, 2, 1, 2]})
+    q = "ORDER BY ts MEASURES FIRST(ts) AS s PATTERN (A B) DEFINE A AS x = 1, B AS x = 2"
+    frames = [t.slice(0, 3).to_pandas(), t.slice(3).to_pandas()]
+    got = pa.concat_tables(gpu_mr.match_recognize_batches(frames, q))
+    assert got.equals(gpu_mr.match_recognize(t, q))
+    assert list(gpu_mr.match_recognize_batches([], q)) == []
