@@ -25,7 +25,8 @@ Why ratios: the machines are shared, so a single absolute time says little
 Absolute times and rows/s are printed for context only.
 
 Cost: ``--quick`` takes one to two minutes on two cores; ``--full`` adds 1e7
-rows and the 1e8-row memory check (tens of minutes, ~10 GB of memory).
+rows and the memory checks (tens of minutes; the 1e8-row check streams from a
+temporary Parquet file of about 0.5 GB).
 
 Usage::
 
@@ -147,7 +148,7 @@ PRESETS = {
     "quick": dict(rows=[100_000, 1_000_000], partitions=[1, 100, 10_000], ref_rows=30_000,
                   repeat=3, ref_repeat=1, numpy_rows=10_000_000, numpy_partitions=100,
                   memory_rows=0, memory_inmem_rows=0),
-    # Tens of minutes; the 1e8-row memory check needs ~10 GB.
+    # Tens of minutes on two cores.
     "full": dict(rows=[100_000, 1_000_000, 10_000_000], partitions=[1, 100, 10_000],
                  ref_rows=100_000, repeat=3, ref_repeat=1, numpy_rows=10_000_000,
                  numpy_partitions=100, memory_rows=100_000_000,
