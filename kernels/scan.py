@@ -27,7 +27,10 @@ each thread knows its parent thread and the CONSUME instruction (variable,
 
 Why plain functions: the same bodies compile with ``numba.njit`` for the CPU
 engine and ``numba.cuda.jit(device=True)`` for the GPU engine; the host
-drivers here only decide which. Output slots are per partition (a partition
+drivers here only decide which. The bodies are ``register_jitable`` (plain
+Python when called from Python, compiled into their caller when called from
+numba), and every function is module-level, so numba's disk cache finds them
+in later processes. Output slots are per partition (a partition
 of n rows has at most n matches, one per start row), so partitions run in
 parallel without coordination, and matches land in a deterministic order.
 Cost: O(rows scanned) per partition; O(match length) per recovered match.
@@ -39,6 +42,15 @@ import threading
 from contextlib import contextmanager
 
 import numpy as np
+
+try:
+    from numba import prange
+    from numba.extending import register_jitable
+except ImportError:                  # the plain bodies still run without numba
+    prange = range
+
+    def register_jitable(fn):
+        return fn
 
 SKIP_PAST_LAST_ROW = 0
 SKIP_TO_NEXT_ROW = 1
@@ -55,6 +67,7 @@ ERR_SKIP_TO_FIRST_ROW = 2    # SKIP TO ... lands on the match's first row: endle
 MEMO_MIN_ROWS = 16
 
 
+@register_jitable
 def recover_paths(classes, first, last, match_part_start, match_hi, starts, ends, out_at,
                   trans, start_first, start_other, parent_thread, parent_inst, match_thread,
                   end_thread, inst_var, inst_excluded, states, labels, excluded):
@@ -88,107 +101,149 @@ def recover_paths(classes, first, last, match_part_start, match_hi, starts, ends
             thread = parent_thread[before, c, thread]
 
 
-def make_scan_partition(recover_range):
-    """The partition scan around a (plain or compiled) path recovery."""
-    def scan_partition(classes, lo, hi, part_start, open_end, trans, steps, end_accept,
-                       start_first, start_other, skip_mode, skip_vars, parent_thread,
-                       parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
-                       out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
-                       slot_part_start, slot_hi, slot_out, err):
-        """Scan rows ``lo .. hi-1`` of one partition; write its matches at
-        slots ``lo, lo+1, ...`` of ``out_start`` / ``out_end``; return how
-        many. ``part_start``: the partition's first row, or -1 when it lies
-        before ``lo`` (a stream resuming mid-partition). ``open_end``: the
-        partition goes on past ``hi`` (rows not yet read): a search that
-        reaches ``hi`` undecided stops the scan, and ``err[2]`` is the row to
-        resume at later (else ``hi``). ``err[0:2]`` = (code, slot of the
-        failing match) when AFTER MATCH SKIP TO a variable cannot resume.
-        ``dead_state[r]`` is the dead-state memo (1 + a state from which no
-        match follows at row r; 0 none), ``scratch_*`` room for one match's
-        path and ``slot_*`` its bounds (SKIP TO a variable only); all are
-        indexed by absolute row."""
-        n_out = 0
-        pos = lo
-        memo_end = lo - 1               # dead_state holds nothing at or beyond this + 1
-        err[2] = hi
-        while pos < hi:
-            state = start_first if pos == part_start else start_other
-            best = -1
-            q = pos
-            while True:
-                if q == hi:
-                    if open_end:
-                        err[2] = pos            # undecided until more rows arrive
-                        return n_out
-                    if end_accept[state]:
-                        best = hi
-                    break
-                if q <= memo_end and dead_state[q] == state + 1:
-                    break                       # a failed search passed here: no match ahead
-                step = steps[state, classes[q]]    # next state * 2 + (a match ends before q)
-                best = q if step & 1 else best
-                state = step >> 1
-                if state == 0:
-                    break
-                q += 1
-            if best < 0:
-                if q - pos >= MEMO_MIN_ROWS:    # record the dead pairs of this search
-                    state = start_first if pos == part_start else start_other
-                    for r in range(pos, q):
-                        dead_state[r] = state + 1
-                        state = trans[state, classes[r]]
-                    if q - 1 > memo_end:
-                        memo_end = q - 1
-                pos += 1
-                continue
-            slot = lo + n_out
-            out_start[slot] = pos
-            out_end[slot] = best
-            n_out += 1
-            if best == pos or skip_mode == SKIP_TO_NEXT_ROW:
-                pos += 1
-            elif skip_mode == SKIP_PAST_LAST_ROW:
-                pos = best
-            else:
-                slot_part_start[slot] = part_start
-                slot_hi[slot] = hi
-                slot_out[slot] = pos
-                recover_range(classes, slot, slot + 1, slot_part_start, slot_hi, out_start,
-                              out_end, slot_out, trans, start_first, start_other, parent_thread,
-                              parent_inst, match_thread, end_thread, inst_var, inst_excluded,
-                              scratch_states, scratch_labels, scratch_excluded)
-                target = -1
-                for r in range(pos, best):
-                    if (skip_vars >> scratch_labels[r]) & 1:
-                        target = r
-                        if skip_mode == SKIP_TO_FIRST:
-                            break
-                if target < 0 or target == pos:
-                    err[0] = ERR_SKIP_NO_ROW if target < 0 else ERR_SKIP_TO_FIRST_ROW
-                    err[1] = slot
+@register_jitable
+def scan_partition(classes, lo, hi, part_start, open_end, trans, steps, end_accept,
+                   start_first, start_other, skip_mode, skip_vars, parent_thread,
+                   parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
+                   out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
+                   slot_part_start, slot_hi, slot_out, err):
+    """Scan rows ``lo .. hi-1`` of one partition; write its matches at
+    slots ``lo, lo+1, ...`` of ``out_start`` / ``out_end``; return how
+    many. ``part_start``: the partition's first row, or -1 when it lies
+    before ``lo`` (a stream resuming mid-partition). ``open_end``: the
+    partition goes on past ``hi`` (rows not yet read): a search that
+    reaches ``hi`` undecided stops the scan, and ``err[2]`` is the row to
+    resume at later (else ``hi``). ``err[0:2]`` = (code, slot of the
+    failing match) when AFTER MATCH SKIP TO a variable cannot resume.
+    ``dead_state[r]`` is the dead-state memo (1 + a state from which no
+    match follows at row r; 0 none), ``scratch_*`` room for one match's
+    path and ``slot_*`` its bounds (SKIP TO a variable only); all are
+    indexed by absolute row."""
+    n_out = 0
+    pos = lo
+    memo_end = lo - 1               # dead_state holds nothing at or beyond this + 1
+    err[2] = hi
+    while pos < hi:
+        state = start_first if pos == part_start else start_other
+        best = -1
+        q = pos
+        while True:
+            if q == hi:
+                if open_end:
+                    err[2] = pos            # undecided until more rows arrive
                     return n_out
-                pos = target
-        return n_out
-    return scan_partition
+                if end_accept[state]:
+                    best = hi
+                break
+            if q <= memo_end and dead_state[q] == state + 1:
+                break                       # a failed search passed here: no match ahead
+            step = steps[state, classes[q]]    # next state * 2 + (a match ends before q)
+            best = q if step & 1 else best
+            state = step >> 1
+            if state == 0:
+                break
+            q += 1
+        if best < 0:
+            if q - pos >= MEMO_MIN_ROWS:    # record the dead pairs of this search
+                state = start_first if pos == part_start else start_other
+                for r in range(pos, q):
+                    dead_state[r] = state + 1
+                    state = trans[state, classes[r]]
+                if q - 1 > memo_end:
+                    memo_end = q - 1
+            pos += 1
+            continue
+        slot = lo + n_out
+        out_start[slot] = pos
+        out_end[slot] = best
+        n_out += 1
+        if best == pos or skip_mode == SKIP_TO_NEXT_ROW:
+            pos += 1
+        elif skip_mode == SKIP_PAST_LAST_ROW:
+            pos = best
+        else:
+            slot_part_start[slot] = part_start
+            slot_hi[slot] = hi
+            slot_out[slot] = pos
+            recover_paths(classes, slot, slot + 1, slot_part_start, slot_hi, out_start,
+                          out_end, slot_out, trans, start_first, start_other, parent_thread,
+                          parent_inst, match_thread, end_thread, inst_var, inst_excluded,
+                          scratch_states, scratch_labels, scratch_excluded)
+            target = -1
+            for r in range(pos, best):
+                if (skip_vars >> scratch_labels[r]) & 1:
+                    target = r
+                    if skip_mode == SKIP_TO_FIRST:
+                        break
+            if target < 0 or target == pos:
+                err[0] = ERR_SKIP_NO_ROW if target < 0 else ERR_SKIP_TO_FIRST_ROW
+                err[1] = slot
+                return n_out
+            pos = target
+    return n_out
 
 
-def make_scan_driver(scan_one, prange):
-    """The loop over partitions (parallel where ``prange`` is numba's)."""
-    def scan_partitions(classes, scan_lo, scan_hi, part_start, open_end, trans, steps,
-                        end_accept, start_first, start_other, skip_mode, skip_vars,
-                        parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                        inst_excluded, out_start, out_end, counts, dead_state, scratch_states,
-                        scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
-                        errors):
-        for p in prange(scan_lo.shape[0]):
-            counts[p] = scan_one(classes, scan_lo[p], scan_hi[p], part_start[p], open_end[p],
-                                 trans, steps, end_accept, start_first, start_other,
-                                 skip_mode, skip_vars,
-                                 parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                                 inst_excluded, out_start, out_end, dead_state, scratch_states,
-                                 scratch_labels, scratch_excluded, slot_part_start, slot_hi,
-                                 slot_out, errors[p])
-    return scan_partitions
+# The drivers: loops over independent jobs, one serial and one parallel (the
+# same loop; numba's disk cache keys on the function, not its compile flags,
+# so each variant needs a function of its own). Each body is called per
+# partition / per chunk of matches, so the call is amortised.
+
+def scan_partitions(classes, scan_lo, scan_hi, part_start, open_end, trans, steps, end_accept,
+                    start_first, start_other, skip_mode, skip_vars, parent_thread, parent_inst,
+                    match_thread, end_thread, inst_var, inst_excluded, out_start, out_end,
+                    counts, dead_state, scratch_states, scratch_labels, scratch_excluded,
+                    slot_part_start, slot_hi, slot_out, errors):
+    for p in range(scan_lo.shape[0]):
+        counts[p] = scan_partition(
+            classes, scan_lo[p], scan_hi[p], part_start[p], open_end[p], trans, steps,
+            end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
+            parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start, out_end,
+            dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
+            slot_hi, slot_out, errors[p])
+
+
+def scan_partitions_parallel(classes, scan_lo, scan_hi, part_start, open_end, trans, steps,
+                             end_accept, start_first, start_other, skip_mode, skip_vars,
+                             parent_thread, parent_inst, match_thread, end_thread, inst_var,
+                             inst_excluded, out_start, out_end, counts, dead_state,
+                             scratch_states, scratch_labels, scratch_excluded, slot_part_start,
+                             slot_hi, slot_out, errors):
+    for p in prange(scan_lo.shape[0]):
+        counts[p] = scan_partition(
+            classes, scan_lo[p], scan_hi[p], part_start[p], open_end[p], trans, steps,
+            end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
+            parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start, out_end,
+            dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
+            slot_hi, slot_out, errors[p])
+
+
+# Matches per call of the recovery body on the CPU: enough to amortise the call.
+RECOVER_CHUNK = 4096
+
+
+def recover_all(classes, match_part_start, match_hi, starts, ends, label_offsets, trans,
+                start_first, start_other, parent_thread, parent_inst, match_thread,
+                end_thread, inst_var, inst_excluded, states, labels, excluded):
+    n = starts.shape[0]
+    for chunk in range((n + RECOVER_CHUNK - 1) // RECOVER_CHUNK):
+        first = chunk * RECOVER_CHUNK
+        recover_paths(classes, first, min(n, first + RECOVER_CHUNK), match_part_start,
+                      match_hi, starts, ends, label_offsets, trans, start_first, start_other,
+                      parent_thread, parent_inst, match_thread, end_thread, inst_var,
+                      inst_excluded, states, labels, excluded)
+
+
+def recover_all_parallel(classes, match_part_start, match_hi, starts, ends, label_offsets,
+                         trans, start_first, start_other, parent_thread, parent_inst,
+                         match_thread, end_thread, inst_var, inst_excluded, states, labels,
+                         excluded):
+    n = starts.shape[0]
+    for chunk in prange((n + RECOVER_CHUNK - 1) // RECOVER_CHUNK):
+        first = chunk * RECOVER_CHUNK
+        recover_paths(classes, first, min(n, first + RECOVER_CHUNK), match_part_start,
+                      match_hi, starts, ends, label_offsets, trans, start_first, start_other,
+                      parent_thread, parent_inst, match_thread, end_thread, inst_var,
+                      inst_excluded, states, labels, excluded)
 
 
 def mark_present(classes, seen):
@@ -212,29 +267,6 @@ def present_classes(classes: np.ndarray, n_classes: int) -> list:
     return np.flatnonzero(seen).tolist()
 
 
-# Matches per call of the recovery body on the CPU: enough to amortise the call.
-RECOVER_CHUNK = 4096
-
-
-def make_recover_driver(recover_range, prange):
-    """Path recovery for every match, in independent chunks (parallel where
-    ``prange`` is numba's)."""
-    def recover_all(classes, match_part_start, match_hi, starts, ends, label_offsets, trans,
-                    start_first, start_other, parent_thread, parent_inst, match_thread,
-                    end_thread, inst_var, inst_excluded, states, labels, excluded):
-        n = starts.shape[0]
-        for chunk in prange((n + RECOVER_CHUNK - 1) // RECOVER_CHUNK):
-            first = chunk * RECOVER_CHUNK
-            recover_range(classes, first, min(n, first + RECOVER_CHUNK), match_part_start,
-                          match_hi, starts, ends, label_offsets, trans, start_first,
-                          start_other, parent_thread, parent_inst, match_thread, end_thread,
-                          inst_var, inst_excluded, states, labels, excluded)
-    return recover_all
-
-
-# Plain Python: the reference for the kernel tests.
-scan_partitions = make_scan_driver(make_scan_partition(recover_paths), range)
-recover_all = make_recover_driver(recover_paths, range)
 _compiled: dict = {}
 
 # Below this many rows a parallel launch costs more than it saves.
@@ -264,18 +296,17 @@ def _kernels_for(work: int, parallel_ok: bool, compiled: bool):
 
 
 def _cpu_kernels(parallel: bool = False):
-    """numba.njit versions (scan, recovery), compiled on first use (numba is
-    the `cpu` extra) and cached on disk so later processes skip the compile.
-    The parallel ones run partitions and matches on all cores."""
+    """numba.njit versions (scan, recovery), compiled on first use and cached
+    on disk so later processes load them instead of compiling. The parallel
+    ones run partitions and chunks of matches on all cores."""
     hit = _compiled.get(parallel)
     if hit is None:
         import numba
-        body = numba.njit(nogil=True, cache=True)
-        driver = numba.njit(nogil=True, parallel=parallel, cache=True)
-        loop = numba.prange if parallel else range
-        recover = body(recover_paths)
-        hit = (driver(make_scan_driver(body(make_scan_partition(recover)), loop)),
-               driver(make_recover_driver(recover, loop)))
+        jit = numba.njit(nogil=True, parallel=parallel, cache=True)
+        if parallel:
+            hit = (jit(scan_partitions_parallel), jit(recover_all_parallel))
+        else:
+            hit = (jit(scan_partitions), jit(recover_all))
         _compiled[parallel] = hit
     return hit
 
