@@ -24,8 +24,14 @@ clones these bodies with them as globals, then runs the clones as plain
 Python (small inputs) or compiled with ``numba.njit``.
 
 Buffers are fixed arrays passed in; when one is too small the kernel stops
-with GROW and which buffer, and the host enlarges it and reruns the partition.
+with GROW and which buffer, and the host enlarges it and calls again, which
+resumes at the search that stopped (the output so far is kept).
 Cost: O(rows scanned x live threads x (registers + DEFINE cost)) per search.
+
+Compiled, ``run_partitions`` is the only function numba calls: the others
+(``closure``, APPLY / PRED and what they call) are inlined into it
+(``inline='always'``), as a call between compiled functions passes and
+reference-counts every array argument, which cost more than the work.
 """
 
 from __future__ import annotations
@@ -46,8 +52,12 @@ SKIP_ERROR = 5     # AFTER MATCH SKIP TO ... cannot resume: rerun for the exact 
 # which buffer to grow
 B_THREADS, B_POOL, B_SEEN, B_LOG, B_MATCHES, B_LABELS = range(6)
 
-# counters (one int64 array so helper calls need not return them)
-C_NXT, C_ENT, C_POOL, C_LOG, C_STAMP, C_DETAIL = range(6)
+# counters (one int64 array so helper calls need not return them), and where
+# to resume after GROW (C_POS -1: at the partition's start)
+C_NXT, C_ENT, C_POOL, C_LOG, C_STAMP, C_DETAIL, C_POS, C_NUM, C_M0, C_L0 = range(10)
+# where the next thread list and register rows begin (0 or half the buffer)
+C_TB, C_PB = 10, 11
+N_COUNTERS = 12
 
 SKIP_PAST_LAST_ROW, SKIP_TO_NEXT_ROW, SKIP_TO_FIRST, SKIP_TO_LAST = range(4)
 
@@ -210,11 +220,15 @@ def copy_regs(si, sf, src, di, df, dst, ki, kf):
 
 
 def closure(entry, node, row, q, lo, hi, start, mno, op, out, out2, var,
-            pi, pf, ki, kf, nxt_state, nxt_node, nxt_reg, seen_stamp, seen_head, ent_row,
+            pi, pf, th_state, th_node, th_reg, seen_stamp, seen_head, ent_row,
             ent_next, stack, ctr, icols, fcols, valid, ci, cf):
     """Add the CONSUME/MATCH states reachable from ``entry`` at row ``q`` to
-    the next thread list, in priority order, each (state, registers) once per
-    step. Returns a status."""
+    the next thread list (the half of ``th_*`` from ctr[C_TB]), in priority
+    order, each (state, registers) once per step; ASSERT_NOT's scratch
+    register row is in the next half of the pools (from ctr[C_PB]).
+    Returns a status."""
+    ki = pi.shape[1]
+    kf = pf.shape[1]
     stamp = ctr[C_STAMP]
     sp = 0
     stack[sp] = entry
@@ -261,10 +275,10 @@ def closure(entry, node, row, q, lo, hi, start, mno, op, out, out2, var,
         elif o == ASSERT_NOT:
             fails = True
             if q < hi:
-                scratch = ctr[C_POOL]
-                if scratch >= pi.shape[0]:
+                if ctr[C_POOL] >= pi.shape[0] // 2:
                     ctr[C_DETAIL] = B_POOL
                     return GROW
+                scratch = ctr[C_PB] + ctr[C_POOL]
                 copy_regs(pi, pf, row, pi, pf, scratch, ki, kf)
                 v = var[s]
                 APPLY(v, q, start, mno, lo, hi, pi, pf, scratch, icols, fcols, valid, ci,
@@ -279,145 +293,154 @@ def closure(entry, node, row, q, lo, hi, start, mno, op, out, out2, var,
                 sp += 1
         else:
             n = ctr[C_NXT]
-            if n >= nxt_state.shape[0]:
+            if n >= th_state.shape[0] // 2:
                 ctr[C_DETAIL] = B_THREADS
                 return GROW
-            nxt_state[n] = s
-            nxt_node[n] = node
-            nxt_reg[n] = row
+            t = ctr[C_TB] + n
+            th_state[t] = s
+            th_node[t] = node
+            th_reg[t] = row
             ctr[C_NXT] = n + 1
     return DONE
 
 
-def search(pos, mno, lo, hi, start_state, op, out, out2, var, excl, init_i, init_f, ki, kf,
-           cur_state, cur_node, cur_reg, nxt_state, nxt_node, nxt_reg, pool_ai, pool_af,
-           pool_bi, pool_bf, seen_stamp, seen_head, ent_row, ent_next, stack, log_par,
-           log_var, log_exc, ctr, icols, fcols, valid, ci, cf, result):
-    """The preferred match starting at ``pos``: result[0] = end (exclusive)
-    or -1, result[1] = its log node. Returns a status."""
-    ctr[C_STAMP] += 1
-    ctr[C_NXT] = 0
-    ctr[C_ENT] = 0
-    for k in range(ki):
-        pool_bi[0, k] = init_i[k]
-    for k in range(kf):
-        pool_bf[0, k] = init_f[k]
-    ctr[C_POOL] = 1
-    ctr[C_LOG] = 1
-    result[0] = -1
-    result[1] = 0
-    st = closure(start_state, 0, 0, pos, lo, hi, pos, mno, op, out, out2, var, pool_bi,
-                 pool_bf, ki, kf, nxt_state, nxt_node, nxt_reg, seen_stamp, seen_head, ent_row,
-                 ent_next, stack, ctr, icols, fcols, valid, ci, cf)
-    if st != DONE:
-        return st
-    # the next list becomes the current one
-    cur_state, nxt_state = nxt_state, cur_state
-    cur_node, nxt_node = nxt_node, cur_node
-    cur_reg, nxt_reg = nxt_reg, cur_reg
-    pool_ai, pool_bi = pool_bi, pool_ai
-    pool_af, pool_bf = pool_bf, pool_af
-    n_cur = ctr[C_NXT]
-    q = pos
-    while n_cur > 0:
-        ctr[C_STAMP] += 1
-        ctr[C_NXT] = 0
-        ctr[C_ENT] = 0
-        ctr[C_POOL] = 0
-        for t in range(n_cur):
-            s = cur_state[t]
-            if op[s] == MATCH:
-                result[0] = q
-                result[1] = cur_node[t]
-                break
-            if q >= hi:
-                continue
-            r = ctr[C_POOL]
-            if r >= pool_bi.shape[0]:
-                ctr[C_DETAIL] = B_POOL
-                return GROW
-            copy_regs(pool_ai, pool_af, cur_reg[t], pool_bi, pool_bf, r, ki, kf)
-            v = var[s]
-            APPLY(v, q, pos, mno, lo, hi, pool_bi, pool_bf, r, icols, fcols, valid, ci,
-                  cf)
-            res = PRED(v, q, pos, mno, lo, hi, pool_bi, pool_bf, r, icols, fcols, valid, ci,
-                       cf)
-            if res >= 2:
-                return res
-            if res == 1:
-                ctr[C_POOL] = r + 1
-                node = ctr[C_LOG]
-                if node >= log_par.shape[0]:
-                    ctr[C_DETAIL] = B_LOG
-                    return GROW
-                log_par[node] = cur_node[t]
-                log_var[node] = v
-                log_exc[node] = excl[s]
-                ctr[C_LOG] = node + 1
-                st = closure(out[s], node, r, q + 1, lo, hi, pos, mno, op, out, out2, var,
-                             pool_bi, pool_bf, ki, kf, nxt_state, nxt_node, nxt_reg,
-                             seen_stamp, seen_head, ent_row, ent_next, stack, ctr, icols,
-                             fcols, valid, ci, cf)
-                if st != DONE:
-                    return st
-        cur_state, nxt_state = nxt_state, cur_state
-        cur_node, nxt_node = nxt_node, cur_node
-        cur_reg, nxt_reg = nxt_reg, cur_reg
-        pool_ai, pool_bi = pool_bi, pool_ai
-        pool_af, pool_bf = pool_bf, pool_af
-        n_cur = ctr[C_NXT]
-        q += 1
-    return DONE
-
-
 def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, skip_kind,
-                   skip_set, init_i, init_f, cur_state, cur_node, cur_reg, nxt_state, nxt_node,
-                   nxt_reg, pool_ai, pool_af, pool_bi, pool_bf, seen_stamp, seen_head, ent_row,
-                   ent_next, stack, log_par, log_var, log_exc, ctr, icols, fcols, valid,
-                   ci, cf, m_part, m_num, m_start, m_end, labels, lexc, out_ctr, result):
+                   skip_set, init_i, init_f, th_state, th_node, th_reg, pool_i, pool_f,
+                   seen_stamp, seen_head, ent_row, ent_next, stack, log_par, log_var, log_exc,
+                   ctr, icols, fcols, valid, ci, cf, m_part, m_num, m_start, m_end, labels,
+                   lexc, out_ctr):
     """Match partitions ``first_part ..``; matches go to ``m_*`` (count in
     out_ctr[0]) and their rows' labels to ``labels``/``lexc`` (count in
     out_ctr[1]). Returns (status, partition): DONE, or the partition where it
-    stopped (its output discarded) and why (detail in ctr[C_DETAIL])."""
+    stopped and why (detail in ctr[C_DETAIL]).
+
+    GROW keeps the output so far and records where to resume (ctr[C_POS] the
+    search to redo, ctr[C_NUM] the matches of the partition before it,
+    ctr[C_M0] / ctr[C_L0] the output counts at the partition's start): the
+    host enlarges that buffer, keeping the output, and calls again with the
+    same partition. Any other stop discards the partition's output.
+
+    One search (the preferred match starting at ``pos``) is the loop below,
+    written inline rather than as a function (see the module docstring). The
+    thread lists (``th_*``) and register rows (``pool_*``) have two halves,
+    the current step's and the next one's, which swap roles per step by
+    index: swapping arrays would reference-count them."""
     ki = init_i.shape[0]
     kf = init_f.shape[0]
+    n_thr = th_state.shape[0] // 2
+    n_pool = pool_i.shape[0] // 2
     n_parts = offsets.shape[0] - 1
     for part in range(first_part, n_parts):
         lo = offsets[part]
         hi = offsets[part + 1]
-        m0 = out_ctr[0]
-        l0 = out_ctr[1]
-        pos = lo
-        number = 0
+        if part == first_part and ctr[C_POS] >= 0:
+            pos = ctr[C_POS]
+            number = ctr[C_NUM]
+            m0 = ctr[C_M0]
+            l0 = ctr[C_L0]
+            ctr[C_POS] = -1
+        else:
+            pos = lo
+            number = 0
+            m0 = out_ctr[0]
+            l0 = out_ctr[1]
         while pos < hi:
-            st = search(pos, number + 1, lo, hi, start_state, op, out, out2, var, excl, init_i,
-                        init_f, ki, kf, cur_state, cur_node, cur_reg, nxt_state, nxt_node,
-                        nxt_reg, pool_ai, pool_af, pool_bi, pool_bf, seen_stamp, seen_head,
-                        ent_row, ent_next, stack, log_par, log_var, log_exc, ctr, icols, fcols,
-                        valid, ci, cf, result)
+            # ---- search at pos: the start state's closure into half 0
+            mno = number + 1
+            ctr[C_STAMP] += 1
+            ctr[C_NXT] = 0
+            ctr[C_ENT] = 0
+            ctr[C_TB] = 0
+            ctr[C_PB] = 0
+            for k in range(ki):
+                pool_i[0, k] = init_i[k]
+            for k in range(kf):
+                pool_f[0, k] = init_f[k]
+            ctr[C_POOL] = 1
+            ctr[C_LOG] = 1
+            end = -1
+            end_node = 0
+            st = closure(start_state, 0, 0, pos, lo, hi, pos, mno, op, out, out2, var, pool_i,
+                         pool_f, th_state, th_node, th_reg, seen_stamp, seen_head, ent_row,
+                         ent_next, stack, ctr, icols, fcols, valid, ci, cf)
+            cur = 0                     # the half holding the current thread list
+            n_cur = ctr[C_NXT]
+            q = pos
+            while st == DONE and n_cur > 0:
+                nxt = 1 - cur
+                ctr[C_STAMP] += 1
+                ctr[C_NXT] = 0
+                ctr[C_ENT] = 0
+                ctr[C_POOL] = 0
+                ctr[C_TB] = nxt * n_thr
+                ctr[C_PB] = nxt * n_pool
+                for t in range(cur * n_thr, cur * n_thr + n_cur):
+                    s = th_state[t]
+                    if op[s] == MATCH:
+                        end = q
+                        end_node = th_node[t]
+                        break
+                    if q >= hi:
+                        continue
+                    if ctr[C_POOL] >= n_pool:
+                        ctr[C_DETAIL] = B_POOL
+                        st = GROW
+                        break
+                    r = nxt * n_pool + ctr[C_POOL]
+                    copy_regs(pool_i, pool_f, th_reg[t], pool_i, pool_f, r, ki, kf)
+                    v = var[s]
+                    APPLY(v, q, pos, mno, lo, hi, pool_i, pool_f, r, icols, fcols, valid, ci, cf)
+                    res = PRED(v, q, pos, mno, lo, hi, pool_i, pool_f, r, icols, fcols, valid, ci,
+                               cf)
+                    if res >= 2:
+                        st = res
+                        break
+                    if res == 1:
+                        ctr[C_POOL] += 1
+                        node = ctr[C_LOG]
+                        if node >= log_par.shape[0]:
+                            ctr[C_DETAIL] = B_LOG
+                            st = GROW
+                            break
+                        log_par[node] = th_node[t]
+                        log_var[node] = v
+                        log_exc[node] = excl[s]
+                        ctr[C_LOG] = node + 1
+                        st = closure(out[s], node, r, q + 1, lo, hi, pos, mno, op, out, out2,
+                                     var, pool_i, pool_f, th_state, th_node, th_reg, seen_stamp,
+                                     seen_head, ent_row, ent_next, stack, ctr, icols, fcols,
+                                     valid, ci, cf)
+                        if st != DONE:
+                            break
+                cur = nxt
+                n_cur = ctr[C_NXT]
+                q += 1
+            # ---- the search's outcome
+            length = end - pos
+            if st == DONE and end >= 0:
+                if out_ctr[0] >= m_start.shape[0]:
+                    ctr[C_DETAIL] = B_MATCHES
+                    st = GROW
+                elif out_ctr[1] + length > labels.shape[0]:
+                    ctr[C_DETAIL] = B_LABELS
+                    st = GROW
+            if st == GROW:
+                ctr[C_POS] = pos
+                ctr[C_NUM] = number
+                ctr[C_M0] = m0
+                ctr[C_L0] = l0
+                return GROW, part
             if st != DONE:
                 out_ctr[0] = m0
                 out_ctr[1] = l0
                 return st, part
-            end = result[0]
             if end < 0:
                 pos += 1
                 continue
             number += 1
             m = out_ctr[0]
-            length = end - pos
-            if m >= m_start.shape[0]:
-                ctr[C_DETAIL] = B_MATCHES
-                out_ctr[0] = m0
-                out_ctr[1] = l0
-                return GROW, part
-            if out_ctr[1] + length > labels.shape[0]:
-                ctr[C_DETAIL] = B_LABELS
-                out_ctr[0] = m0
-                out_ctr[1] = l0
-                return GROW, part
             base = out_ctr[1]
-            node = result[1]
+            node = end_node
             for i in range(length - 1, -1, -1):
                 labels[base + i] = log_var[node]
                 lexc[base + i] = log_exc[node]
@@ -451,7 +474,7 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
 
 # Functions that reach the generated APPLY / PRED (cloned per query) and those
 # that do not (compiled once).
-QUERY_FUNCTIONS = ("closure", "search", "run_partitions")
+QUERY_FUNCTIONS = ("closure", "run_partitions")
 SHARED_FUNCTIONS = ("regs_equal", "copy_regs", "tdiv", "add_i64", "sub_i64", "mul_i64",
                     "div_i64", "neg_i64", "div_f64", "mod_f64", "sqrt_f64", "floor_f64",
                     "ceil_f64", "cmp_if", "cmp_ff", "same_float")

@@ -262,6 +262,38 @@ def test_buffers_grow_for_long_matches_and_many_threads(monkeypatch):
     assert got.to_matches() == want and len(want) > 0
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_growth_resumes_mid_partition_and_a_fallback_drops_that_partitions_output(
+        monkeypatch, jit):
+    # every buffer starts at one entry, so the output grows many times inside
+    # partition "x" (the kernel resumes there, keeping what it found), and then
+    # an int beyond 2**53 is compared with a double at its end: the reference
+    # engine reruns "x" alone, and its output replaces what the kernel kept
+    if jit:
+        pytest.importorskip("numba")
+    monkeypatch.setattr(R, "INITIAL_SIZES", (1, 1, 1, 1, 1, 1))
+    big = 2**62
+    xs = [1] * 60 + [big, big, big]
+    ys = [1] * 45
+    table = pa.table({
+        "p": pa.array(["x"] * len(xs) + ["y"] * len(ys) + ["z"] * len(ys)),
+        "ts": pa.array(range(len(xs) + 2 * len(ys)), pa.int64()),
+        "a": pa.array(xs + ys + ys, pa.int64())})
+    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n "
+              "PATTERN (A B B) DEFINE B AS B.a > A.a - 0.5")
+    q = analyze(parse_clause(clause), table.schema)
+    assert R.supports(q) is None
+    data = sort_for_matching(table, q.partition_columns, q.order_keys)
+    want = ReferenceEngine().find_matches(q, data)
+    got = R.find_matches(q, data, jit=jit)
+    assert got.to_matches() == want and len(want) == 20 + 15 + 15
+    # and without the fallback, every partition's matches come from the kernel
+    table = table.set_column(2, "a", pa.array(xs[:60] + [1, 1, 1] + ys + ys, pa.int64()))
+    data = sort_for_matching(table, q.partition_columns, q.order_keys)
+    want = ReferenceEngine().find_matches(q, data)
+    assert R.find_matches(q, data, jit=jit).to_matches() == want and len(want) == 51
+
+
 # ------------------------------------------------- the compiled kernel, random data
 
 _JIT_QUERIES = [_TICKS_QUERIES[0]] + ([

@@ -76,7 +76,8 @@ from .base import MatchArrays
 # the same code as plain Python (compilation costs seconds).
 JIT_MIN_ROWS = 20_000
 # First sizes of the kernel's buffers (threads, register rows, seen entries,
-# log nodes, matches, labels); each grows fourfold when full.
+# log nodes, matches, labels); each grows fourfold when full, and the kernel
+# then resumes at the search that stopped.
 INITIAL_SIZES = (64, 256, 1024, 1024, 1024, 4096)
 # CLASSIFIER() of the k-th previous row is kept for k up to this.
 MAX_LABEL_HISTORY = 32
@@ -376,7 +377,9 @@ def _jit_kernel(source: str):
     import inspect
 
     import numba
-    body = ["import math", "import numpy as np", ""]
+    # the first line names how _JIT_OPTIONS decorate the functions: numba's
+    # disk cache keys on the file's bytecode, not on the decoration
+    body = [f"# {_JIT_OPTIONS}", "import math", "import numpy as np", ""]
     body += [f"{n} = {getattr(K, n)!r}" for n in dir(K)
              if n.isupper() and isinstance(getattr(K, n), int)]
     body += [inspect.getsource(getattr(K, n)) for n in K.SHARED_FUNCTIONS + K.QUERY_FUNCTIONS]
@@ -398,9 +401,20 @@ def _jit_kernel(source: str):
         sys.modules[name] = module
         spec.loader.exec_module(module)
         for fname, f in list(vars(module).items()):
-            if isinstance(f, types.FunctionType):
-                setattr(module, fname, numba.njit(cache=True)(f))
+            if isinstance(f, types.FunctionType) and fname != "run_partitions":
+                setattr(module, fname, numba.njit(cache=True, **_JIT_OPTIONS["inner"])(f))
+        module.run_partitions = numba.njit(cache=True, **_JIT_OPTIONS["driver"])(
+            module.run_partitions)
     return module.run_partitions
+
+
+# How _jit_kernel compiles: run_partitions is the only compiled call; every
+# other function is inlined into it (see kernels/registers.py). The kernel
+# allocates nothing and its arrays belong to the caller for the call, so it
+# runs without numba's reference counting (``_nrt=False``, as numba's own
+# allocation-free helpers do): with it, each inlined call's array arguments
+# were counted up and down, 4/5 of the kernel's time.
+_JIT_OPTIONS = {"inner": {"inline": "always"}, "driver": {"_nrt": False}}
 
 
 def _agg_update(agg: _Agg, v: int) -> list:
@@ -1219,22 +1233,31 @@ def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
 
 
 class _Buffers:
+    """The kernel's buffers. Search scratch (threads, register rows, seen
+    entries, log nodes) is reallocated when it grows; the output (matches,
+    labels) keeps its content, as the kernel resumes after GROW."""
+
     def __init__(self, plan: _Plan, n_rows: int):
         self.ki = max(1, len(plan.layout.init_i))
         self.kf = max(1, len(plan.layout.init_f))
         self.n_states = len(plan.op)
         self.sizes = list(INITIAL_SIZES)
-        self.alloc()
+        self.alloc_search()
+        m, lb = self.sizes[K.B_MATCHES], self.sizes[K.B_LABELS]
+        self.m_part, self.m_num, self.m_start, self.m_end = \
+            (np.zeros(m, np.int64) for _ in range(4))
+        self.labels = np.zeros(lb, np.int16)
+        self.lexc = np.zeros(lb, np.bool_)
+        self.ctr = np.zeros(K.N_COUNTERS, np.int64)
+        self.ctr[K.C_POS] = -1
 
-    def alloc(self):
-        t, p, s, lg, m, lb = self.sizes
+    def alloc_search(self):
+        t, p, s, lg = self.sizes[:4]
         i64 = np.int64
-        self.cur_state, self.cur_node, self.cur_reg = (np.zeros(t, i64) for _ in range(3))
-        self.nxt_state, self.nxt_node, self.nxt_reg = (np.zeros(t, i64) for _ in range(3))
-        self.pool_ai = np.zeros((p, self.ki), i64)
-        self.pool_bi = np.zeros((p, self.ki), i64)
-        self.pool_af = np.zeros((p, self.kf), np.float64)
-        self.pool_bf = np.zeros((p, self.kf), np.float64)
+        # two halves each: the current step's and the next step's
+        self.th_state, self.th_node, self.th_reg = (np.zeros(2 * t, i64) for _ in range(3))
+        self.pool_i = np.zeros((2 * p, self.ki), i64)
+        self.pool_f = np.zeros((2 * p, self.kf), np.float64)
         self.seen_stamp = np.full(self.n_states, -1, i64)
         self.seen_head = np.zeros(self.n_states, i64)
         self.ent_row = np.zeros(s, i64)
@@ -1243,14 +1266,23 @@ class _Buffers:
         self.log_par = np.zeros(lg, i64)
         self.log_var = np.zeros(lg, i64)
         self.log_exc = np.zeros(lg, np.bool_)
-        self.m_part, self.m_num, self.m_start, self.m_end = (np.zeros(m, i64) for _ in range(4))
-        self.labels = np.zeros(lb, np.int16)
-        self.lexc = np.zeros(lb, np.bool_)
-        self.ctr = np.zeros(8, i64)
 
     def grow(self, which: int):
         self.sizes[which] *= 4
-        self.alloc()
+        if which == K.B_MATCHES:
+            for name in ("m_part", "m_num", "m_start", "m_end"):
+                setattr(self, name, _grown(getattr(self, name), self.sizes[which]))
+        elif which == K.B_LABELS:
+            self.labels = _grown(self.labels, self.sizes[which])
+            self.lexc = _grown(self.lexc, self.sizes[which])
+        else:
+            self.alloc_search()
+
+
+def _grown(a: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros(size, a.dtype)
+    out[:len(a)] = a
+    return out
 
 
 def _drive(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, fcols, valid,
@@ -1264,27 +1296,28 @@ def _drive(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, f
     chunks: list = []
     part = 0
     out_ctr = np.zeros(2, dtype=np.int64)
-    result = np.zeros(2, dtype=np.int64)
     while part < n_parts:
         b = buf
         status, stop = kernel(
             offsets, part, plan.start_state, plan.op, plan.out, plan.out2, plan.var, plan.excl,
-            plan.skip_kind, plan.skip_set, init_i, init_f, b.cur_state, b.cur_node, b.cur_reg,
-            b.nxt_state, b.nxt_node, b.nxt_reg, b.pool_ai, b.pool_af, b.pool_bi, b.pool_bf,
-            b.seen_stamp, b.seen_head, b.ent_row, b.ent_next, b.stack, b.log_par, b.log_var,
-            b.log_exc, b.ctr, icols, fcols, valid, ci, cf, b.m_part, b.m_num, b.m_start,
-            b.m_end, b.labels, b.lexc, out_ctr, result)
-        chunks.append(_take(buf, out_ctr))
-        out_ctr[:] = 0
+            plan.skip_kind, plan.skip_set, init_i, init_f, b.th_state, b.th_node, b.th_reg,
+            b.pool_i, b.pool_f, b.seen_stamp, b.seen_head, b.ent_row, b.ent_next, b.stack,
+            b.log_par, b.log_var, b.log_exc, b.ctr, icols, fcols, valid, ci, cf, b.m_part,
+            b.m_num, b.m_start, b.m_end, b.labels, b.lexc, out_ctr)
         if status == K.DONE:
             break
         if status == K.GROW:
+            # the kernel resumes at the search that stopped, output kept
             buf.grow(int(buf.ctr[K.C_DETAIL]))
             part = int(stop)
             continue
-        # ERROR / FALLBACK / SKIP_ERROR: the reference engine decides this partition
+        # ERROR / FALLBACK / SKIP_ERROR (that partition's output dropped): the
+        # reference engine decides this partition
+        chunks.append(_take(buf, out_ctr))
+        out_ctr[:] = 0
         chunks.append(MatchArrays.from_matches(_reference(query, data, [int(stop)])))
         part = int(stop) + 1
+    chunks.append(_take(buf, out_ctr))
     return _concat(chunks)
 
 
