@@ -377,9 +377,10 @@ def _jit_kernel(source: str):
     import inspect
 
     import numba
-    # the first line names how _JIT_OPTIONS decorate the functions: numba's
+    options = _jit_options()
+    # the first line names how the options decorate the functions: numba's
     # disk cache keys on the file's bytecode, not on the decoration
-    body = [f"# {_JIT_OPTIONS}", "import math", "import numpy as np", ""]
+    body = [f"# {options}", "import math", "import numpy as np", ""]
     body += [f"{n} = {getattr(K, n)!r}" for n in dir(K)
              if n.isupper() and isinstance(getattr(K, n), int)]
     body += [inspect.getsource(getattr(K, n)) for n in K.SHARED_FUNCTIONS + K.QUERY_FUNCTIONS]
@@ -402,8 +403,8 @@ def _jit_kernel(source: str):
         spec.loader.exec_module(module)
         for fname, f in list(vars(module).items()):
             if isinstance(f, types.FunctionType) and fname != "run_partitions":
-                setattr(module, fname, numba.njit(cache=True, **_JIT_OPTIONS["inner"])(f))
-        module.run_partitions = numba.njit(cache=True, **_JIT_OPTIONS["driver"])(
+                setattr(module, fname, numba.njit(cache=True, **options["inner"])(f))
+        module.run_partitions = numba.njit(cache=True, **options["driver"])(
             module.run_partitions)
     return module.run_partitions
 
@@ -415,6 +416,26 @@ def _jit_kernel(source: str):
 # allocation-free helpers do): with it, each inlined call's array arguments
 # were counted up and down, 4/5 of the kernel's time.
 _JIT_OPTIONS = {"inner": {"inline": "always"}, "driver": {"_nrt": False}}
+_checked_options = None
+
+
+def _jit_options() -> dict:
+    """_JIT_OPTIONS, or the same without ``_nrt`` (a private numba option)
+    when this numba does not accept it: slower, never broken."""
+    global _checked_options
+    if _checked_options is None:
+        import numba
+        try:
+            probe = numba.njit(**_JIT_OPTIONS["driver"])(_probe_kernel)
+            probe(np.zeros(2, dtype=np.int64))
+            _checked_options = _JIT_OPTIONS
+        except Exception:                   # numba changed its private options
+            _checked_options = {"inner": _JIT_OPTIONS["inner"], "driver": {}}
+    return _checked_options
+
+
+def _probe_kernel(a):
+    a[0] = a[1] + 1
 
 
 def _agg_update(agg: _Agg, v: int) -> list:
