@@ -207,8 +207,12 @@ def scan_partitions_parallel(classes, scan_lo, scan_hi, part_start, open_end, tr
                              parent_thread, parent_inst, match_thread, end_thread, inst_var,
                              inst_excluded, out_start, out_end, counts, dead_state,
                              scratch_states, scratch_labels, scratch_excluded, slot_part_start,
-                             slot_hi, slot_out, errors):
-    for p in prange(scan_lo.shape[0]):
+                             slot_hi, slot_out, errors, order):
+    """As scan_partitions, partitions taken in ``order`` (largest first:
+    with one partition per chunk of the parallel loop, the threads stay
+    busy to the end whatever the sizes)."""
+    for i in prange(order.shape[0]):
+        p = order[i]
         counts[p] = scan_partition(
             classes, scan_lo[p], scan_hi[p], part_start[p], open_end[p], trans, steps,
             end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
@@ -356,14 +360,20 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     slot_out = np.empty(path_scratch, dtype=np.int64)
     errors = np.zeros((n_parts, 3), dtype=np.int64)
     t = tables
+    args = (classes, scan_lo, scan_hi, part_start, open_flags, t.trans, t.steps, t.end_accept,
+            np.int32(t.start_first), np.int32(t.start_other), np.int32(skip_mode),
+            np.int64(skip_vars), t.parent_thread, t.parent_inst, t.match_thread, t.end_thread,
+            t.inst_var, t.inst_excluded, out_start, out_end, counts, dead_state,
+            scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+            slot_out, errors)
     with _kernels_for(n, n_parts > 1, compiled) as kernels:
-        fn = kernels[0]
-        fn(classes, scan_lo, scan_hi, part_start, open_flags, t.trans, t.steps, t.end_accept,
-           np.int32(t.start_first), np.int32(t.start_other), np.int32(skip_mode),
-           np.int64(skip_vars), t.parent_thread, t.parent_inst, t.match_thread, t.end_thread,
-           t.inst_var, t.inst_excluded, out_start, out_end, counts, dead_state,
-           scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
-           slot_out, errors)
+        if compiled and kernels is _compiled.get(True):
+            import numba
+            order = np.argsort(scan_lo - scan_hi, kind="stable")      # largest first
+            with numba.parallel_chunksize(1):
+                kernels[0](*args, order)
+        else:
+            kernels[0](*args)
     # Compact the per-partition slot ranges (from each scan's first row) in order.
     partitions = np.repeat(np.arange(n_parts, dtype=np.int64), counts)
     base = np.zeros(n_parts + 1, dtype=np.int64)
