@@ -95,11 +95,16 @@ def render(report: dict) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
+    if len(argv) != 1 or argv[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2
-    with open(argv[0]) as f:
-        sys.stdout.write(render(json.load(f)))
+    try:
+        with open(argv[0]) as f:
+            report = json.load(f)
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot read {argv[0]}: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(render(report))
     return 0
 
 
