@@ -405,3 +405,17 @@ def test_a_parameter_sweep_compiles_once(monkeypatch):
         want = ReferenceEngine().find_matches(q, data)
         assert R.find_matches(q, data, jit=True).to_matches() == want
     assert len(compiled) == 1
+
+
+def test_kernel_file_writing_reports_an_unwritable_folder(tmp_path):
+    # _jit_kernel writes the compiled kernel's module to a shared folder and,
+    # when that raises OSError (another user's folder), to a private one.
+    from pathlib import Path
+
+    from gpu_mr.engines import registers as R
+    blocked = tmp_path / "a_file"
+    blocked.write_text("a file where the folder should be")
+    with pytest.raises(OSError):
+        R._write_kernel_file(blocked / "sub", "k", "y = 1\n")
+    written = R._write_kernel_file(Path(tmp_path / "ok"), "k", "y = 1\n")
+    assert written.read_text() == "y = 1\n"

@@ -389,14 +389,15 @@ def _jit_kernel(source: str):
     name = f"gpu_mr_registers_{digest}"
     module = sys.modules.get(name)
     if module is None:
-        folder = Path(os.environ.get("GPU_MR_CACHE_DIR") or
-                      Path(tempfile.gettempdir()) / "gpu_mr_kernels")
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{name}.py"
-        if not path.exists() or path.read_text() != text:
-            tmp = folder / f"{name}.{os.getpid()}.tmp"
-            tmp.write_text(text)
-            os.replace(tmp, path)
+        try:
+            path = _write_kernel_file(Path(os.environ.get("GPU_MR_CACHE_DIR") or
+                                           Path(tempfile.gettempdir()) / "gpu_mr_kernels"),
+                                      name, text)
+        except OSError:
+            # e.g. another user's folder of that name: a private one (this
+            # process only, so no disk cache across processes)
+            path = _write_kernel_file(Path(tempfile.mkdtemp(prefix="gpu_mr_kernels_")),
+                                      name, text)
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
@@ -407,6 +408,16 @@ def _jit_kernel(source: str):
         module.run_partitions = numba.njit(cache=True, **options["driver"])(
             module.run_partitions)
     return module.run_partitions
+
+
+def _write_kernel_file(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.py"
+    if not path.exists() or path.read_text() != text:
+        tmp = folder / f"{name}.{os.getpid()}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return path
 
 
 # How _jit_kernel compiles: run_partitions is the only compiled call; every
