@@ -152,6 +152,7 @@ class _Carry:
     scan_from: int = 0       # where scanning resumes in it (rows before: look-back)
     continues: bool = False  # its first row is not the partition's first row
     number_base: int = 0     # matches already emitted for this partition
+    rows_before: int = 0     # its rows dropped before the carry (for row numbers in errors)
 
 
 class _StreamRunner:
@@ -160,7 +161,7 @@ class _StreamRunner:
         self.engine = engine
         self.carry: Optional[_Carry] = None
         # Where the DFA path stopped mid-partition and the reference matcher
-        # takes over: (scan_from, number_base, continues) of the carry.
+        # takes over: (scan_from, number_base, continues, rows_before) of the carry.
         self.resume: Optional[tuple] = None
         self.look_back, self.look_ahead = physical_reach(query)
         from .engines.cpu import unsupported_reason
@@ -227,11 +228,13 @@ class _StreamRunner:
             # way resumes where the DFA path stopped.
             self.dfa_path = False
             if self.carry is not None:
-                self.resume = (carry.scan_from, carry.number_base, carry.continues)
+                self.resume = (carry.scan_from, carry.number_base, carry.continues,
+                               carry.rows_before)
             return self._whole_partitions_step(data, final)
         matches, resume = scan_to_matches(
             self.query, data, *prepared, scan_from=carry.scan_from, continues=carry.continues,
-            open_end=not final, end_margin=self.look_ahead, number_base=carry.number_base)
+            open_end=not final, end_margin=self.look_ahead, number_base=carry.number_base,
+            rows_before=carry.rows_before)
         offsets = data.partition_offsets
         if not final:
             last = len(offsets) - 2
@@ -240,6 +243,7 @@ class _StreamRunner:
             continues = keep_from > lo or (last == 0 and carry.continues)
             in_last = int((matches.partition == last).sum())
             base = carry.number_base if last == 0 else 0
+            before = (carry.rows_before if last == 0 else 0) + keep_from - lo
             self.carry = _Carry(data.table.slice(keep_from), resume - keep_from, continues,
-                                base + in_last)
+                                base + in_last, before)
         return assemble(self.query, data, matches)

@@ -145,3 +145,19 @@ def test_pandas_batches_and_empty_streams():
     got = pa.concat_tables(gpu_mr.match_recognize_batches(frames, q))
     assert got.equals(gpu_mr.match_recognize(t, q))
     assert list(gpu_mr.match_recognize_batches([], q)) == []
+
+
+@pytest.mark.parametrize("size", [2, 3, 5])
+def test_skip_errors_name_the_same_match_and_rows_when_streamed(size):
+    # Matches 1 and 2 have a C row to skip to; match 3 (rows 9 and 10 of the
+    # partition) has none: the error must count rows from the partition's
+    # start, not from the batch holding them, and number the match 3.
+    t = pa.table({"ts": list(range(11)), "x": [1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 0]})
+    q = ("ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO FIRST C "
+         "PATTERN (A B C?) DEFINE A AS x = 1, B AS x = 2, C AS x = 3")
+    with pytest.raises(GpuMrError) as want:
+        gpu_mr.match_recognize(t, q, engine="reference")
+    assert "match 3 (rows 9 to 10" in str(want.value)
+    with pytest.raises(GpuMrError) as got:
+        list(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=size), q))
+    assert str(got.value) == str(want.value)

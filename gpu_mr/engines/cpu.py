@@ -199,7 +199,7 @@ def _renumber(bits: np.ndarray, n_vars: int) -> tuple:
 
 def scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, tables,
                     scan_from: int = -1, continues: bool = False, open_end: bool = False,
-                    end_margin: int = 0, number_base: int = 0) -> tuple:
+                    end_margin: int = 0, number_base: int = 0, rows_before: int = 0) -> tuple:
     """Scan the dense classes, raise a SKIP error where the reference would,
     recover every match's path, number the matches: ``(MatchArrays, row to
     resume at in the last partition)``. The stream arguments are those of
@@ -226,8 +226,9 @@ def scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, t
     if failing.size:
         p = int(failing[0])
         i = int(errors[p, 1])
+        origin = int(offsets[p]) - (rows_before if p == 0 else 0)
         raise skip_error(skip, int(errors[p, 0]) == ERR_SKIP_NO_ROW, int(numbers[i]),
-                         int(starts[i]), int(ends[i]) - 1, int(offsets[p]), p)
+                         int(starts[i]), int(ends[i]) - 1, origin, p)
     label_offsets, labels, excluded = run_recovery(dense, offsets, starts, ends, partitions,
                                                    tables, continues=continues)
     resume = int(errors[-1, 2]) if len(errors) else 0

@@ -82,11 +82,12 @@ class ReferenceEngine:
 
 
 def find_matches_from(query: CheckedQuery, data: SortedInput, scan_from: int,
-                      number_base: int, continues: bool) -> list:
+                      number_base: int, continues: bool, rows_before: int = 0) -> list:
     """The matches of ``data``'s first partition from row ``scan_from`` on,
     numbered after ``number_base`` earlier ones; ``continues``: the partition
     began before the rows at hand (``^`` holds nowhere, PREV reaches back only
-    as far as they go). For a stream that resumes a partition mid-way."""
+    as far as they go), ``rows_before`` of its rows came before them (for
+    row numbers in messages). For a stream that resumes a partition mid-way."""
     program = compile_nfa(query.pattern, query.primary_vars)
     needed = _referenced_columns(query)
     columns = {name: T.arrow_values(data.table.column(name), t)
@@ -95,6 +96,7 @@ def find_matches_from(query: CheckedQuery, data: SortedInput, scan_from: int,
     matcher = _PartitionMatcher(query, program, Interpreter(query, columns), 0, lo, hi)
     if continues:
         matcher.part_start = -1
+    matcher.row_origin = lo - rows_before
     return matcher.run_from(scan_from, number_base)
 
 
@@ -120,6 +122,8 @@ class _PartitionMatcher:
         self.part = part
         self.lo, self.hi = lo, hi
         self.part_start = lo     # where ^ holds: -1 when the partition began before lo
+        self.row_origin = lo     # row numbers in messages count from here (a stream's
+                                 # resumed partition began before lo)
         self.var_ids = {name: i for i, name in enumerate(query.primary_vars)}
         self.define_of = [query.defines.get(name) for name in query.primary_vars]
         self.row_local = not query.history_dependent
@@ -182,10 +186,10 @@ class _PartitionMatcher:
         ids = self.interp.var_sets[skip.var]
         rows = [m.start + i for i, v in enumerate(m.labels) if v in ids]
         if not rows:
-            raise skip_error(skip, True, m.number, m.start, m.end, self.lo, self.part)
+            raise skip_error(skip, True, m.number, m.start, m.end, self.row_origin, self.part)
         target = rows[0] if skip.kind == "FIRST" else rows[-1]
         if target == m.start:
-            raise skip_error(skip, False, m.number, m.start, m.end, self.lo, self.part)
+            raise skip_error(skip, False, m.number, m.start, m.end, self.row_origin, self.part)
         return target
 
     # --------------------------------------------------------------- search
@@ -249,7 +253,7 @@ class _PartitionMatcher:
                     raise SearchLimitError(
                         f"the reference engine gave up after {SEARCH_STEP_LIMIT} search steps "
                         f"(partition {self.part}, match starting at row "
-                        f"{start - self.lo + 1}); the pattern is ambiguous and the DEFINE "
+                        f"{start - self.row_origin + 1}); the pattern is ambiguous and the DEFINE "
                         f"conditions depend on the match so far", partition=self.part, row=start)
                 if deadline is not None and not self.in_time(q, deadline):
                     continue
@@ -260,7 +264,7 @@ class _PartitionMatcher:
                 raise SearchLimitError(
                     f"the reference engine gave up: more than {THREAD_LIMIT} distinct partial "
                     f"matches alive at once (partition {self.part}, match starting at row "
-                    f"{start - self.lo + 1})", partition=self.part, row=start)
+                    f"{start - self.row_origin + 1})", partition=self.part, row=start)
             threads = nxt
             q += 1
         if best is None:
