@@ -275,6 +275,10 @@ _compiled: dict = {}
 
 # Below this many rows a parallel launch costs more than it saves.
 PARALLEL_MIN_ROWS = 50_000
+# Up to this many partitions the parallel scan hands them out one at a time,
+# largest first (sizes are often skewed); beyond, per-item scheduling costs
+# more than even blocks of many partitions lose.
+BALANCE_MAX_PARTITIONS = 1024
 
 # numba's threading layer is the process's (we do not pick it: user code
 # shares it). Its work-queue fallback serves one parallel launch at a time (a
@@ -369,9 +373,12 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     with _kernels_for(n, n_parts > 1, compiled) as kernels:
         if compiled and kernels is _compiled.get(True):
             import numba
-            order = np.argsort(scan_lo - scan_hi, kind="stable")      # largest first
-            with numba.parallel_chunksize(1):
-                kernels[0](*args, order)
+            if n_parts <= BALANCE_MAX_PARTITIONS:
+                order = np.argsort(scan_lo - scan_hi, kind="stable")      # largest first
+                with numba.parallel_chunksize(1):
+                    kernels[0](*args, order)
+            else:                   # many small partitions: even blocks balance well
+                kernels[0](*args, np.arange(n_parts))
         else:
             kernels[0](*args)
     # Compact the per-partition slot ranges (from each scan's first row) in order.

@@ -278,3 +278,15 @@ def test_concurrent_queries_from_threads_do_not_mix():
         got = list(pool.map(lambda i: gpu_mr.match_recognize(t, clauses[i % 2], engine="cpu"),
                             range(16)))
     assert all(g.equals(want[i % 2]) for i, g in enumerate(got))
+
+
+def test_many_partitions_in_parallel_blocks_equal_reference():
+    # Past PARALLEL_MIN_ROWS and BALANCE_MAX_PARTITIONS: the parallel scan in
+    # even blocks of partitions.
+    rng = np.random.default_rng(11)
+    n = 60_000
+    t = pa.table({"sym": np.sort(rng.integers(0, 3000, n)), "ts": np.arange(n),
+                  "price": np.round(100 + np.cumsum(rng.normal(size=n)), 1)})
+    q = V_SHAPE.format(rows="", skip="PAST LAST ROW")
+    assert gpu_mr.match_recognize(t, q, engine="cpu").equals(
+        gpu_mr.match_recognize(t, q, engine="reference"))
