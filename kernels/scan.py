@@ -207,18 +207,18 @@ def scan_partitions_parallel(classes, scan_lo, scan_hi, part_start, open_end, tr
                              parent_thread, parent_inst, match_thread, end_thread, inst_var,
                              inst_excluded, out_start, out_end, counts, dead_state,
                              scratch_states, scratch_labels, scratch_excluded, slot_part_start,
-                             slot_hi, slot_out, errors, order):
-    """As scan_partitions, partitions taken in ``order`` (largest first:
-    with one partition per chunk of the parallel loop, the threads stay
-    busy to the end whatever the sizes)."""
-    for i in prange(order.shape[0]):
-        p = order[i]
-        counts[p] = scan_partition(
-            classes, scan_lo[p], scan_hi[p], part_start[p], open_end[p], trans, steps,
-            end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
-            parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start, out_end,
-            dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
-            slot_hi, slot_out, errors[p])
+                             slot_hi, slot_out, errors, groups):
+    """As scan_partitions, one thread per group of consecutive partitions
+    (``groups[g] .. groups[g+1]``, about equal in rows): the balance does not
+    depend on how the threading layer schedules the loop."""
+    for g in prange(groups.shape[0] - 1):
+        for p in range(groups[g], groups[g + 1]):
+            counts[p] = scan_partition(
+                classes, scan_lo[p], scan_hi[p], part_start[p], open_end[p], trans, steps,
+                end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
+                parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
+                out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
+                slot_part_start, slot_hi, slot_out, errors[p])
 
 
 # Matches per call of the recovery body on the CPU: enough to amortise the call.
@@ -275,10 +275,17 @@ _compiled: dict = {}
 
 # Below this many rows a parallel launch costs more than it saves.
 PARALLEL_MIN_ROWS = 50_000
-# Up to this many partitions the parallel scan hands them out one at a time,
-# largest first (sizes are often skewed); beyond, per-item scheduling costs
-# more than even blocks of many partitions lose.
-BALANCE_MAX_PARTITIONS = 1024
+
+
+def _row_balanced_groups(sizes: np.ndarray) -> np.ndarray:
+    """Boundaries of groups of consecutive partitions, one group per thread
+    (a few more, so that one partition larger than a thread's share leaves
+    the others work to take), each about an equal share of the rows."""
+    import numba
+    groups = max(1, min(len(sizes), 4 * numba.get_num_threads()))
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    cuts = np.searchsorted(starts, np.arange(groups) * (starts[-1] + sizes[-1]) / groups)
+    return np.unique(np.concatenate((cuts, [len(sizes)]))).astype(np.int64)
 
 # numba's threading layer is the process's (we do not pick it: user code
 # shares it). Its work-queue fallback serves one parallel launch at a time (a
@@ -372,13 +379,7 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
             slot_out, errors)
     with _kernels_for(n, n_parts > 1, compiled) as kernels:
         if compiled and kernels is _compiled.get(True):
-            import numba
-            if n_parts <= BALANCE_MAX_PARTITIONS:
-                order = np.argsort(scan_lo - scan_hi, kind="stable")      # largest first
-                with numba.parallel_chunksize(1):
-                    kernels[0](*args, order)
-            else:                   # many small partitions: even blocks balance well
-                kernels[0](*args, np.arange(n_parts))
+            kernels[0](*args, _row_balanced_groups(scan_hi - scan_lo))
         else:
             kernels[0](*args)
     # Compact the per-partition slot ranges (from each scan's first row) in order.
