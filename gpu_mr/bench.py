@@ -18,8 +18,6 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from .api import match_recognize

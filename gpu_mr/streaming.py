@@ -188,7 +188,6 @@ class _StreamRunner:
 
     def _step(self, work: pa.Table, final: bool) -> Iterator[pa.Table]:
         data = self._sorted(work.combine_chunks())
-        offsets = data.partition_offsets
         if self.dfa_path:
             out = self._dfa_step(data, final)
         else:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-import gpu_mr
 from gpu_mr.engines import _AVAILABLE
 from gpu_mr.errors import GpuMrError, UnsupportedError
 

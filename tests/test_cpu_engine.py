@@ -51,7 +51,7 @@ def row_local_clauses(draw):
                for v in used if draw(st.integers(0, 4))]
     skip = draw(st.sampled_from(["PAST LAST ROW", "TO NEXT ROW"]
                                 + [f"TO {fl} {v}" for fl in ("FIRST", "LAST") for v in used]
-                                + ([f"TO U"] if used else [])))
+                                + (["TO U"] if used else [])))
     subset = f" SUBSET U = ({', '.join(used)})" if used else ""
     return (f"PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP {skip} "
             f"PATTERN ({text}){subset}" + (f" DEFINE {', '.join(defines)}" if defines else ""))

@@ -456,39 +456,39 @@ def _agg_update(agg: _Agg, v: int) -> list:
         return []
     out = [f"if R[di, {agg.err}] == 0:"]
     out.append(f"    st, x, xn = {agg.fn}(q, {v}, mno, lo, hi, icols, fcols, valid, ci, cf)")
-    out.append(f"    if st != 0:")
+    out.append("    if st != 0:")
     out.append(f"        R[di, {agg.err}] = st")
-    out.append(f"    elif not xn:")
+    out.append("    elif not xn:")
     body = []
     n = f"R[di, {agg.n}]"
     if name == "COUNT":
         body.append(f"{n} += 1")
     elif name == "COUNT_IF":
-        body.append(f"if x:")
+        body.append("if x:")
         body.append(f"    {n} += 1")
     elif name in ("SUM", "AVG"):
         if agg.kind == "i":
             body.append(f"if R[di, {agg.ovf}] == 0:")
             body.append(f"    s, ok = add_i64(R[di, {agg.ival}], x)")
-            body.append(f"    if ok:")
+            body.append("    if ok:")
             body.append(f"        R[di, {agg.ival}] = s")
-            body.append(f"    else:")
+            body.append("    else:")
             body.append(f"        R[di, {agg.ovf}] = 1")
         else:
             hi_, c_ = f"F[di, {agg.fval}]", f"F[di, {agg.fc}]"
             body.append(f"if {n} == 0:")
             body.append(f"    {hi_} = 0.0 + x")
             if _NEUMAIER:
-                body.append(f"else:")
+                body.append("else:")
                 body.append(f"    h = {hi_}")
-                body.append(f"    t = h + x")
-                body.append(f"    if abs(h) >= abs(x):")
+                body.append("    t = h + x")
+                body.append("    if abs(h) >= abs(x):")
                 body.append(f"        {c_} += (h - t) + x")
-                body.append(f"    else:")
+                body.append("    else:")
                 body.append(f"        {c_} += (x - t) + h")
                 body.append(f"    {hi_} = t")
             else:
-                body.append(f"else:")
+                body.append("else:")
                 body.append(f"    {hi_} = {hi_} + x")
         body.append(f"{n} += 1")
     elif name in ("MIN", "MAX"):
@@ -498,11 +498,11 @@ def _agg_update(agg: _Agg, v: int) -> list:
         body.append(f"    {reg} = x")
         body.append(f"{n} += 1")
     elif name in ("BOOL_AND", "EVERY"):
-        body.append(f"if not x:")
+        body.append("if not x:")
         body.append(f"    R[di, {agg.ival}] = 0")
         body.append(f"{n} += 1")
     elif name == "BOOL_OR":
-        body.append(f"if x:")
+        body.append("if x:")
         body.append(f"    R[di, {agg.ival}] = 1")
         body.append(f"{n} += 1")
     elif name == "ANY_VALUE":
@@ -860,7 +860,7 @@ class _Gen:
             return val, nul, kind
         if name in ("SUM", "AVG") and agg.kind == "i":
             self.emit(f"    if R[di, {agg.ovf}] != 0:")
-            self.emit(f"        return 3")
+            self.emit("        return 3")
             if name == "SUM":
                 self.emit(f"    {val} = R[di, {agg.ival}]")
             else:
@@ -908,7 +908,7 @@ class _Gen:
         self.emit(f"{val} = 0")
         self.emit(f"if not {n}:")
         self.emit(f"    {val}, ok = neg_i64({v})")
-        self.emit(f"    if not ok:")
+        self.emit("    if not ok:")
         self.depth += 2
         self.fail(2)
         self.depth -= 2
@@ -1062,7 +1062,7 @@ class _Gen:
         self.emit(f"if not {done}:")
         self.emit(f"    if {saw}:")
         self.emit(f"        {nul} = True")
-        self.emit(f"    else:")
+        self.emit("    else:")
         self.emit(f"        {val} = {'True' if e.negated else 'False'}")
         return val, nul, "b"
 

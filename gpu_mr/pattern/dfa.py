@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .nfa import ASSERT_END, ASSERT_NOT, ASSERT_START, CONSUME, EPS, MATCH, SPLIT, Program
+from .nfa import ASSERT_END, ASSERT_NOT, ASSERT_START, EPS, MATCH, SPLIT, Program
 
 # Dense tables of this many states x the classes seen stay in cache; more
 # means a pathological pattern (e.g. (A|B)*A(A|B){20}) that NFA simulation
