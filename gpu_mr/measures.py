@@ -464,8 +464,12 @@ class _Vectors:
         """The row each output row's navigation lands on, -1 for none."""
         k = int(e.offset.value)
         if e.kind in ("FIRST", "LAST"):
-            return self._to_row(self._landing(self._ids(_nav_var(e.arg)), e.kind, k,
-                                              self._final(e.semantics)))
+            # FIRST(A.ts) and FIRST(A.price) land on the same rows: once.
+            key = ("rows", self._ids(_nav_var(e.arg)), e.kind, k, self._final(e.semantics))
+            rows = self._cache.get(key)
+            if rows is None:
+                rows = self._cache[key] = self._to_row(self._landing(*key[1:]))
+            return rows
         if isinstance(e.arg, A.Navigation):
             base = self._navigate(e.arg)
         else:
