@@ -35,11 +35,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
+import numpy as np
 import pyarrow as pa
 
 from . import engines, frames
 from .analysis import CheckedQuery, analyze
-from .errors import DataError, GpuMrError
+from .errors import DataError, GpuMrError, MatchRuntimeError
 from .measures import assemble
 from .syntax import ast as A
 from .syntax import parse_clause
@@ -163,6 +164,7 @@ class _StreamRunner:
         # Where the DFA path stopped mid-partition and the reference matcher
         # takes over: (scan_from, number_base, continues, rows_before) of the carry.
         self.resume: Optional[tuple] = None
+        self.partitions_before = 0   # partitions finished before this step's first
         self.look_back, self.look_ahead = physical_reach(query)
         from .engines.cpu import unsupported_reason
         self.dfa_path = (engine.name == "cpu" and unsupported_reason(query) is None
@@ -188,10 +190,19 @@ class _StreamRunner:
 
     def _step(self, work: pa.Table, final: bool) -> Iterator[pa.Table]:
         data = self._sorted(work.combine_chunks())
-        if self.dfa_path:
-            out = self._dfa_step(data, final)
-        else:
-            out = self._whole_partitions_step(data, final)
+        try:
+            if self.dfa_path:
+                out = self._dfa_step(data, final)
+            else:
+                out = self._whole_partitions_step(data, final)
+        except MatchRuntimeError as exc:
+            # Partitions count from the stream's first, not this step's.
+            if isinstance(exc.partition, (int, np.integer)):
+                exc.partition = int(exc.partition) + self.partitions_before
+            raise
+        # Every partition of this step but the last is finished (the last
+        # too when final); the next step starts at the last.
+        self.partitions_before += data.num_partitions - (0 if final else 1)
         if out is not None and out.num_rows:
             yield out
 
@@ -214,7 +225,13 @@ class _StreamRunner:
             self.resume, first = None, 1
         if first < done:
             rest = _complete(data, first, done)
-            pieces.append(assemble(self.query, rest, self.engine.find_matches(self.query, rest)))
+            try:
+                found = self.engine.find_matches(self.query, rest)
+            except MatchRuntimeError as exc:       # numbered within ``rest``
+                if isinstance(exc.partition, (int, np.integer)):
+                    exc.partition = int(exc.partition) + first
+                raise
+            pieces.append(assemble(self.query, rest, found))
         return pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
 
     def _dfa_step(self, data, final: bool) -> Optional[pa.Table]:

@@ -161,3 +161,19 @@ def test_skip_errors_name_the_same_match_and_rows_when_streamed(size):
     with pytest.raises(GpuMrError) as got:
         list(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=size), q))
     assert str(got.value) == str(want.value)
+    assert got.value.partition == want.value.partition == 0
+
+
+def test_skip_errors_name_the_partition_counted_over_the_stream():
+    t = pa.table({"p": [1, 1, 1, 2, 2, 2, 3, 3, 3], "ts": list(range(9)),
+                  "x": [1, 2, 3, 1, 2, 3, 0, 1, 2]})
+    for b in ("x = 2", "x = 2 AND A.x = 1"):      # DFA path; whole partitions
+        q = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO FIRST C "
+             f"PATTERN (A B C?) DEFINE A AS x = 1, B AS {b}, C AS x = 3")
+        with pytest.raises(GpuMrError) as want:
+            gpu_mr.match_recognize(t, q, engine="reference")
+        assert want.value.partition == 2
+        for size in (1, 2, 4):
+            with pytest.raises(GpuMrError) as got:
+                list(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=size), q))
+            assert (str(got.value), got.value.partition) == (str(want.value), 2)
