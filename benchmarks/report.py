@@ -11,7 +11,8 @@ import json
 import sys
 
 
-def _rate(x) -> str:
+def fmt_rate(x) -> str:
+    """Rows per second in short form (12.3M); "-" for none. Shared with run.py."""
     if x is None:
         return "-"
     for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -44,13 +45,13 @@ def render(report: dict) -> str:
         for e in engines:
             res = rec["engines"].get(e, {})
             if res.get("status") == "ok":
-                row += [_rate(res["rows_per_s"]), f"{res['seconds']:.3f}",
+                row += [fmt_rate(res["rows_per_s"]), f"{res['seconds']:.3f}",
                         f"{res['all_seconds'][0]:.3f}"]
                 first_ok = first_ok or res
             else:
                 row += [res.get("status", "-"), "-", "-"]
         ref = rec["engines"].get("reference", {})
-        row.append(_rate(ref["rows_per_s"]) if ref.get("status") == "ok" else
+        row.append(fmt_rate(ref["rows_per_s"]) if ref.get("status") == "ok" else
                    ref.get("status", "-"))
         row.append(f"{first_ok['output_rows']:,}" if first_ok else "-")
         for e in engines:

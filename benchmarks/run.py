@@ -59,6 +59,7 @@ if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
 import ticks  # noqa: E402  (benchmarks/ticks.py, found through HERE)
+from report import fmt_rate  # noqa: E402
 
 import gpu_mr  # noqa: E402
 from gpu_mr.errors import UnsupportedError  # noqa: E402
@@ -338,15 +339,6 @@ HEADER = (f"{'rows':>10} {'parts':>6} {'query':<9} {'engine':<9} {'timed rows':>
           f"{'identical':>9}")
 
 
-def _fmt_rate(x) -> str:
-    if x is None:
-        return "-"
-    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if x >= div:
-            return f"{x / div:.2f}{unit}"
-    return f"{x:.0f}"
-
-
 def _table_lines(records: list, header: bool = True) -> list:
     lines = [HEADER, "-" * len(HEADER)] if header else []
     for rec in records:
@@ -362,7 +354,7 @@ def _table_lines(records: list, header: bool = True) -> list:
                 ident = "yes" if sub["identical"] else "no"
             lines.append(head + f"{res['rows']:>10,} {res['all_seconds'][0]:>8.3f} "
                          f"{res['seconds']:>8.3f} "
-                         f"{_fmt_rate(res['rows_per_s']):>10} {res['output_rows']:>9,} "
+                         f"{fmt_rate(res['rows_per_s']):>10} {res['output_rows']:>9,} "
                          f"{vs:>8} {ident:>9}")
     return lines
 

@@ -42,10 +42,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-try:  # the model's names and constants are gpu_mr.demo's: one model, two layouts
-    from gpu_mr.demo import TICKERS
-except ImportError:  # pragma: no cover - gpu_mr not installed
-    TICKERS = ("ACME", "BOLT", "CRUX", "DYNA", "EPIC", "FLUX", "GRID", "HALO")
+# the model's names and arithmetic are gpu_mr.demo's: one model, two layouts
+from gpu_mr.demo import TICKERS, segmented_cumsum  # noqa: E402
 
 __all__ = ["symbol_counts", "symbol_names", "iter_batches", "generate", "write_parquet",
            "SCHEMA", "CHUNK_ROWS", "ORDERS"]
@@ -164,7 +162,7 @@ def iter_batches(rows: int, symbols: int, seed: int = 0, skew: float = 1.0
         ts_base = np.full(len(seg_start), _SESSION_OPEN_US, dtype=np.int64)
         if continues:
             ts_base[0] = carry_ts
-        ts_us = np.repeat(ts_base, seg_len) + _segmented_cumsum(gaps_us, seg_start, seg_len)
+        ts_us = np.repeat(ts_base, seg_len) + segmented_cumsum(gaps_us, seg_start, seg_len)
 
         dt_years = gaps_us / 1e6 / _TRADING_SECONDS_PER_YEAR
         shocks = rng.standard_t(_RETURN_DOF, size=n) * t_scale
@@ -173,7 +171,7 @@ def iter_batches(rows: int, symbols: int, seed: int = 0, skew: float = 1.0
         p_base = log_start[seg_sym].copy()
         if continues:
             p_base[0] = carry_logp
-        log_price = np.repeat(p_base, seg_len) + _segmented_cumsum(log_ret, seg_start, seg_len)
+        log_price = np.repeat(p_base, seg_len) + segmented_cumsum(log_ret, seg_start, seg_len)
         price = np.maximum(np.round(np.exp(log_price), 2), 0.01)
 
         lots = rng.geometric(0.35, size=n)
@@ -232,14 +230,6 @@ def write_parquet(path: str, rows: int, symbols: int, seed: int = 0, skew: float
         if written == 0:
             writer.write_table(SCHEMA.empty_table())
     return written
-
-
-def _segmented_cumsum(values: np.ndarray, seg_start: np.ndarray, seg_len: np.ndarray
-                      ) -> np.ndarray:
-    """Cumulative sum restarting at each (contiguous) segment."""
-    total = np.cumsum(values)
-    before = np.concatenate(([0], total))[seg_start]
-    return total - np.repeat(before, seg_len)
 
 
 def _count(text: str) -> int:

@@ -83,7 +83,7 @@ def generate_ticks(rows: int = 100_000, symbols: int = 8, seed: int = 0) -> pa.T
     gaps_us = rng.integers(200_000, 1_800_000, size=rows, endpoint=True)
     open_offset_us = rng.integers(0, 1_000_000, size=symbols)
     gaps_us[first_of_symbol] = open_offset_us[sym_id[first_of_symbol]]
-    ts_us = _SESSION_OPEN_US + _segmented_cumsum(gaps_us, starts, counts)
+    ts_us = _SESSION_OPEN_US + segmented_cumsum(gaps_us, starts, counts)
 
     # Prices: a geometric random walk per symbol. Start between $10 and $500
     # (log-uniform), annual volatility between 15% and 60%, scaled to each
@@ -94,7 +94,7 @@ def generate_ticks(rows: int = 100_000, symbols: int = 8, seed: int = 0) -> pa.T
     shocks = rng.standard_t(_RETURN_DOF, size=rows) * np.sqrt((_RETURN_DOF - 2) / _RETURN_DOF)
     log_ret = annual_vol[sym_id] * np.sqrt(dt_years) * shocks
     log_ret[first_of_symbol] = 0.0
-    log_price = np.log(start_price)[sym_id] + _segmented_cumsum(log_ret, starts, counts)
+    log_price = np.log(start_price)[sym_id] + segmented_cumsum(log_ret, starts, counts)
     price = np.maximum(np.round(np.exp(log_price), 2), 0.01)
 
     # Volumes: mostly round lots of 100 (geometric count), some odd lots.
@@ -115,7 +115,7 @@ def generate_ticks(rows: int = 100_000, symbols: int = 8, seed: int = 0) -> pa.T
     )
 
 
-def _segmented_cumsum(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def segmented_cumsum(values: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Cumulative sum restarting at each segment (segments are contiguous)."""
     total = np.cumsum(values)
     before = np.concatenate(([0], total))[starts]  # sum of everything before each segment

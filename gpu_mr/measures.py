@@ -365,6 +365,8 @@ class _Vectors:
         except _Fallback:
             return None
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+            # A gather or cast Arrow refuses for this column's type: the
+            # interpreter computes the measure instead (same answer, slower).
             return None
         return arr if arr.type == m.type.arrow() else None
 
