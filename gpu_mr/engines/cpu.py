@@ -104,15 +104,23 @@ class CpuEngine:
     def __init__(self):
         self.last_run = RunInfo()
         self._plan = None        # (query, MaskSet, Dfa) of the last query: batches reuse it
+        self._path = None        # (query, choose_path(query)): supports and find_matches share it
+
+    def path_of(self, query: CheckedQuery) -> tuple:
+        """:func:`choose_path` of ``query``, decided once per query object."""
+        known = self._path       # one read: another thread may replace it meanwhile
+        if known is None or known[0] is not query:
+            known = self._path = (query, choose_path(query))
+        return known[1]
 
     def supports(self, query: CheckedQuery) -> Optional[str]:
         missing = numba_missing()
         if missing is not None:
             return missing
-        return choose_path(query)[1]
+        return self.path_of(query)[1]
 
     def find_matches(self, query: CheckedQuery, data: SortedInput):
-        if choose_path(query)[0] == "registers":
+        if self.path_of(query)[0] == "registers":
             from . import registers
             self.last_run = RunInfo("registers")
             return registers.find_matches(query, data)
