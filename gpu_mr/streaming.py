@@ -180,6 +180,15 @@ class _StreamRunner:
         return data
 
     def feed(self, batch: pa.Table) -> Iterator[pa.Table]:
+        if self.carry is not None and not self.dfa_path:
+            # A whole partition is being gathered: while the batch only goes
+            # on with it, check the order at the seam and in the batch alone
+            # and keep gathering (zero-copy), so each row is checked once.
+            last = self.carry.table.num_rows - 1
+            seam = self._sorted(pa.concat_tables([self.carry.table.slice(last), batch]))
+            if seam.num_partitions == 1:
+                self.carry = _Carry(pa.concat_tables([self.carry.table, batch]))
+                return
         work = batch if self.carry is None else pa.concat_tables([self.carry.table, batch])
         yield from self._step(work, final=False)
 
@@ -189,7 +198,7 @@ class _StreamRunner:
             self.carry = None
 
     def _step(self, work: pa.Table, final: bool) -> Iterator[pa.Table]:
-        data = self._sorted(work.combine_chunks())
+        data = self._sorted(work)
         try:
             if self.dfa_path:
                 out = self._dfa_step(data, final)

@@ -177,3 +177,21 @@ def test_skip_errors_name_the_partition_counted_over_the_stream():
             with pytest.raises(GpuMrError) as got:
                 list(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=size), q))
             assert (str(got.value), got.value.partition) == (str(want.value), 2)
+
+
+def test_whole_partitions_gathered_over_many_batches():
+    # A state-dependent query streams whole partitions: batches that only
+    # continue the open partition are gathered, checked at the seam, and the
+    # partition runs once it ends; out-of-order rows are still caught.
+    rng = np.random.default_rng(4)
+    t = pa.table({"p": np.repeat([1, 2, 3], [50, 7, 40]), "ts": np.arange(97),
+                  "x": rng.integers(0, 5, 97)})
+    q = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n, MATCH_NUMBER() AS mno "
+         "PATTERN (A B+) DEFINE B AS x > A.x")
+    want = gpu_mr.match_recognize(t, q, engine="reference")
+    for size in (1, 3, 10):
+        got = pa.concat_tables(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=size), q))
+        assert got.equals(want)
+    shuffled = t.take(np.r_[0:20, 21, 20, 22:97])
+    with pytest.raises(DataError, match="sorted by"):
+        list(gpu_mr.match_recognize_batches(shuffled.to_batches(max_chunksize=3), q))
