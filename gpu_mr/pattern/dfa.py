@@ -217,7 +217,7 @@ class DfaTables:
     end_thread: np.ndarray
     inst_var: np.ndarray
     inst_excluded: np.ndarray
-    steps: np.ndarray = None      # trans * 2 + matched: the scan's one lookup per row
+    steps: np.ndarray             # trans * 2 + matched: the scan's one lookup per row
 
     @property
     def n_states(self) -> int:
