@@ -926,11 +926,7 @@ class _Gen:
         kind = _kind(e.type)
         if lk == "u" or rk == "u":
             return _ZERO[kind], "True", kind if kind != "l" else "u"
-        val, nul = self.tmp()
-        self.emit(f"{nul} = {ln} or {rn}")
-        self.emit(f"{val} = {_ZERO[kind]}")
-        self.emit(f"if not {nul}:")
-        self.depth += 1
+        val, nul = self.null_guard(ln, rn, _ZERO[kind])
         if kind == "f":
             a = f"float({lv})" if lk == "i" else lv
             b = f"float({rv})" if rk == "i" else rv
@@ -986,15 +982,22 @@ class _Gen:
         self.depth -= 1
         return val, nul, "b"
 
+    def null_guard(self, ln: str, rn: str, zero: str) -> tuple:
+        """Open a block computed only when neither operand is NULL: a fresh
+        (value, null) pair, the value ``zero`` until the block sets it. The
+        caller closes the block (``self.depth -= 1``)."""
+        val, nul = self.tmp()
+        self.emit(f"{nul} = {ln} or {rn}")
+        self.emit(f"{val} = {zero}")
+        self.emit(f"if not {nul}:")
+        self.depth += 1
+        return val, nul
+
     def compare(self, op, lv, ln, lk, rv, rn, rk):
         """SQL comparison (interpreter.compare) of two generated values."""
         if lk == "u" or rk == "u":
             return "False", "True", "b"
-        val, nul = self.tmp()
-        self.emit(f"{nul} = {ln} or {rn}")
-        self.emit(f"{val} = False")
-        self.emit(f"if not {nul}:")
-        self.depth += 1
+        val, nul = self.null_guard(ln, rn, "False")
         if lk == rk and lk in ("i", "f", "b"):
             self.emit(f"{val} = {lv} {_PY_CMP[op]} {rv}")
         elif lk == rk == "l":
@@ -1202,11 +1205,7 @@ class _Gen:
     def binary_of(self, e: A.Binary, args):
         (lv, ln, lk), (rv, rn, rk) = args
         kind = _kind(e.type)
-        val, nul = self.tmp()
-        self.emit(f"{nul} = {ln} or {rn}")
-        self.emit(f"{val} = {_ZERO[kind]}")
-        self.emit(f"if not {nul}:")
-        self.depth += 1
+        val, nul = self.null_guard(ln, rn, _ZERO[kind])
         if kind == "f":
             a = f"float({lv})" if lk == "i" else lv
             b = f"float({rv})" if rk == "i" else rv
