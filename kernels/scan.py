@@ -102,19 +102,22 @@ def recover_paths(classes, first, last, match_part_start, match_hi, starts, ends
 
 
 @register_jitable
-def scan_partition(classes, lo, hi, part_start, open_end, trans, steps, end_accept,
-                   start_first, start_other, skip_mode, skip_vars, parent_thread,
+def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans, steps,
+                   end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
                    parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
                    out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
                    slot_part_start, slot_hi, slot_out, err):
-    """Scan rows ``lo .. hi-1`` of one partition; write its matches at
-    slots ``lo, lo+1, ...`` of ``out_start`` / ``out_end``; return how
-    many. ``part_start``: the partition's first row, or -1 when it lies
-    before ``lo`` (a stream resuming mid-partition). ``open_end``: the
-    partition goes on past ``hi`` (rows not yet read): a search that
-    reaches ``hi`` undecided stops the scan, and ``err[2]`` is the row to
-    resume at later (else ``hi``). ``err[0:2]`` = (code, slot of the
-    failing match) when AFTER MATCH SKIP TO a variable cannot resume.
+    """Scan rows ``lo .. hi-1`` of one partition, starting searches only
+    below ``stop`` (``hi`` for a whole partition; a chunk's end when the GPU
+    splits a partition, whose searches still read on to ``hi``); write its
+    matches at slots ``out_base, out_base+1, ...`` of ``out_start`` /
+    ``out_end``; return how many. ``part_start``: the partition's first
+    row, or -1 when it lies before ``lo`` (a stream resuming mid-partition).
+    ``open_end``: the partition goes on past ``hi`` (rows not yet read): a
+    search that reaches ``hi`` undecided stops the scan. ``err[2]`` is the
+    row the next search would start at (where a later batch, or the next
+    chunk, resumes). ``err[0:2]`` = (code, slot of the failing match) when
+    AFTER MATCH SKIP TO a variable cannot resume.
     ``dead_state[r]`` is the dead-state memo (1 + a state from which no
     match follows at row r; 0 none), ``scratch_*`` room for one match's
     path and ``slot_*`` its bounds (SKIP TO a variable only); all are
@@ -123,7 +126,7 @@ def scan_partition(classes, lo, hi, part_start, open_end, trans, steps, end_acce
     pos = lo
     memo_end = lo - 1               # dead_state holds nothing at or beyond this + 1
     err[2] = hi
-    while pos < hi:
+    while pos < stop:
         state = start_first if pos == part_start else start_other
         best = -1
         q = pos
@@ -153,7 +156,7 @@ def scan_partition(classes, lo, hi, part_start, open_end, trans, steps, end_acce
                     memo_end = q - 1
             pos += 1
             continue
-        slot = lo + n_out
+        slot = out_base + n_out
         out_start[slot] = pos
         out_end[slot] = best
         n_out += 1
@@ -180,6 +183,7 @@ def scan_partition(classes, lo, hi, part_start, open_end, trans, steps, end_acce
                 err[1] = slot
                 return n_out
             pos = target
+    err[2] = pos
     return n_out
 
 
@@ -195,11 +199,11 @@ def scan_partitions(classes, scan_lo, scan_hi, part_start, open_end, trans, step
                     slot_part_start, slot_hi, slot_out, errors):
     for p in range(scan_lo.shape[0]):
         counts[p] = scan_partition(
-            classes, scan_lo[p], scan_hi[p], part_start[p], open_end[p], trans, steps,
-            end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
-            parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start, out_end,
-            dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
-            slot_hi, slot_out, errors[p])
+            classes, scan_lo[p], scan_hi[p], scan_hi[p], scan_lo[p], part_start[p], open_end[p],
+            trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+            parent_thread, parent_inst, match_thread, end_thread, inst_var, inst_excluded,
+            out_start, out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
+            slot_part_start, slot_hi, slot_out, errors[p])
 
 
 def scan_partitions_parallel(classes, scan_lo, scan_hi, part_start, open_end, trans, steps,
@@ -214,11 +218,11 @@ def scan_partitions_parallel(classes, scan_lo, scan_hi, part_start, open_end, tr
     for g in prange(groups.shape[0] - 1):
         for p in range(groups[g], groups[g + 1]):
             counts[p] = scan_partition(
-                classes, scan_lo[p], scan_hi[p], part_start[p], open_end[p], trans, steps,
-                end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
-                parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
-                out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
-                slot_part_start, slot_hi, slot_out, errors[p])
+                classes, scan_lo[p], scan_hi[p], scan_hi[p], scan_lo[p], part_start[p],
+                open_end[p], trans, steps, end_accept, start_first, start_other, skip_mode,
+                skip_vars, parent_thread, parent_inst, match_thread, end_thread, inst_var,
+                inst_excluded, out_start, out_end, dead_state, scratch_states, scratch_labels,
+                scratch_excluded, slot_part_start, slot_hi, slot_out, errors[p])
 
 
 # Matches per call of the recovery body on the CPU: enough to amortise the call.
