@@ -68,8 +68,8 @@ def _engine_lines(query: CheckedQuery, schema_known: bool) -> list:
     for name in ("gpu", "cpu"):
         if name == chosen:
             break
-        engine = engines._AVAILABLE.get(name)
-        reason = engines._PLANNED.get(name) if engine is None else engine.supports(query)
+        engine = engines._AVAILABLE[name]
+        reason = engines.auto_skips(engine) or engine.supports(query)
         if not schema_known and reason and "compiled without data" in reason:
             # Masks are typed against the input's columns: with no schema yet,
             # say what will run once the columns are known.
@@ -81,7 +81,20 @@ def _engine_lines(query: CheckedQuery, schema_known: bool) -> list:
     lines = [f"engine (auto): {chosen}"] + caveat + declined
     if chosen == "cpu":
         lines += ["  path: " + line for line in _cpu_path(query)]
+    elif chosen == "gpu":
+        lines += ["  path: " + line for line in _gpu_path(query)]
     return lines
+
+
+def _gpu_path(query: CheckedQuery) -> list:
+    from .engines.cpu import choose_path
+    if choose_path(query)[0] == "registers":
+        return ["the CPU engine's register machine (the DEFINEs read the match so far)"]
+    return ["DEFINE masks on the device where the device mask compiler covers them, else "
+            "on the host; class ids bit-packed on the device",
+            "leftmost-first DFA scan as numba.cuda kernels: speculative chunks of every "
+            "partition with boundary repair, matches compacted by prefix sums; path "
+            "recovery one thread per match; measures on the host"]
 
 
 def _cpu_path(query: CheckedQuery) -> list:

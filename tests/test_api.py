@@ -57,13 +57,16 @@ def test_compile_explain_mentions_engine_and_masks():
     assert "depends on the match so far" in gpu_mr.compile(stateful).explain()
 
 
-def test_unknown_engine_and_unbuilt_engines():
+def test_unknown_engine_and_gpu_without_a_device(monkeypatch):
     with pytest.raises(GpuMrError, match="unknown engine"):
         gpu_mr.match_recognize(ticks(), CLAUSE, engine="fast")
-    for name in ("gpu",):
-        with pytest.raises(UnsupportedError) as info:
-            gpu_mr.match_recognize(ticks(), CLAUSE, engine=name)
-        assert info.value.engine == name
+    from gpu_mr import backend
+    monkeypatch.setattr(backend, "_detected", "no CUDA device: cupy is not installed")
+    with pytest.raises(UnsupportedError, match="cupy is not installed") as info:
+        gpu_mr.match_recognize(ticks(), CLAUSE, engine="gpu")
+    assert info.value.engine == "gpu"
+    assert "gpu: not used: no CUDA device" in gpu_mr.compile(CLAUSE).explain()
+    assert len(gpu_mr.match_recognize(ticks(), CLAUSE)) >= 0      # auto still answers
 
 
 def test_bad_arguments_are_gpu_mr_errors():

@@ -1,0 +1,100 @@
+"""Where the GPU engine's arrays live: cupy on a CUDA device, or numpy under
+numba's CUDA simulator.
+
+What: :func:`detect` returns a :class:`Backend` -- the array module (``xp``),
+numba's ``cuda`` module, and whether it is the simulator -- or the reason no
+device can be used. The GPU engine's code is written once against ``xp`` (the
+subset of the numpy API cupy has) and ``cuda.jit`` kernels, so the same code
+runs on a real device and, with ``NUMBA_ENABLE_CUDASIM=1``, on machines
+without one (CI), with numpy standing in for cupy.
+Why: as awkward-array's backend objects (STYLE.md): one code path serves both,
+and the simulator exercises the GPU engine's own path, not the CPU engine's.
+Cost: detection runs once per process (importing numba.cuda and cupy takes
+about a second); moves between host and device are explicit calls here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Backend:
+    xp: object               # cupy, or numpy under the simulator
+    cuda: object             # numba.cuda (the simulator's when simulated)
+    simulated: bool
+    device: str              # the device's name, for explain() and benchmarks
+
+    def to_device(self, array):
+        """One contiguous device copy of a host array (no copy under the simulator)."""
+        if self.simulated:
+            return np.ascontiguousarray(array)
+        return self.xp.ascontiguousarray(self.xp.asarray(array))
+
+    def to_host(self, array) -> np.ndarray:
+        if self.simulated or isinstance(array, np.ndarray):
+            return np.asarray(array)
+        return self.xp.asnumpy(array)
+
+    def scalar(self, value) -> int:
+        """A device scalar (a 0-d array) as a host int: one small transfer."""
+        return int(value)
+
+    def threads_per_block(self, jobs: int) -> int:
+        # The simulator runs each thread of a block as a Python thread: small
+        # blocks keep it quick; on a device 128 keeps every SM busy.
+        return 8 if self.simulated else 128
+
+    def launch(self, kernel, jobs: int, *args) -> None:
+        """Run ``kernel`` with at least ``jobs`` threads (kernels check bounds)."""
+        if jobs <= 0:
+            return
+        block = self.threads_per_block(jobs)
+        kernel[(jobs + block - 1) // block, block](*args)
+
+    def synchronize(self) -> None:
+        if not self.simulated:
+            self.cuda.synchronize()
+
+
+_detected: Union[Backend, str, None] = None
+
+
+def simulator_requested() -> bool:
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
+def detect() -> Union[Backend, str]:
+    """The backend of this process, or why there is none (a sentence naming
+    the fix). Decided once per process."""
+    global _detected
+    if _detected is None:
+        _detected = _probe()
+    return _detected
+
+
+def _probe() -> Union[Backend, str]:
+    import importlib.util
+    if not simulator_requested() and importlib.util.find_spec("cupy") is None:
+        # Checked first: importing numba.cuda costs a second we need not spend.
+        return ("no CUDA device: cupy is not installed (pip install 'gpu_mr[gpu]' on a machine "
+                "with an NVIDIA GPU)")
+    try:
+        from numba import cuda
+    except ImportError:                                   # pragma: no cover
+        return "numba is not installed (pip install 'gpu_mr[gpu]')"
+    if simulator_requested():
+        return Backend(np, cuda, True, "numba CUDA simulator")
+    import cupy
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:            # no driver, or a broken one: cupy says which
+        return f"no CUDA device: {exc}"
+    if count == 0 or not cuda.is_available():
+        return "no CUDA device is visible to this process"
+    name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+    return Backend(cupy, cuda, False, name.decode() if isinstance(name, bytes) else str(name))

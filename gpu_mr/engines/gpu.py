@@ -1,0 +1,183 @@
+"""The GPU engine: device masks, the chunked DFA scan and path recovery on a
+CUDA device (or numba's CUDA simulator).
+
+What: for a query whose DEFINEs are all row-local, the columns the DEFINEs
+read move to the device once; the masks are evaluated there
+(predicates/device_masks.py: generated elementwise code over cupy arrays)
+and bit-packed into per-row class bitmasks; the leftmost-first DFA
+(pattern/dfa.py, the CPU engine's) is explored over the classes present; the
+scan and path recovery run as ``numba.cuda`` kernels compiled from the CPU
+engine's own kernel bodies (kernels/gpu_scan.py: speculative chunks of
+partitions with boundary repair, so one huge partition uses the whole
+device); matches are compacted and numbered with prefix sums. The result,
+a ``MatchArrays``, comes back to the host for the measures.
+Queries whose DEFINEs depend on the match so far run on the CPU engine's
+register machine (say so in ``last_run`` and explain()).
+
+Exactness, as the CPU engine: DEFINEs outside the device subset, or data
+where a device mask would raise or be inexact, are evaluated by the host
+masks (whose class bytes then move to the device); where those fail, or the
+DFA is past its state cap, the reference engine's matcher answers.
+
+Where it stands (see docs/architecture.md): sorting and partitioning are
+the host's (frames.py) and the measures are assembled on the host from the
+match arrays. Under ``NUMBA_ENABLE_CUDASIM=1`` numpy stands in for cupy and
+the kernels run in numba's simulator: this is how CI runs this engine's own
+code path; ``engine="auto"`` never picks the simulator.
+
+Cost on a device: one transfer of the DEFINE columns (none for data already
+there), one fused pass per predicate set, one pass over the class ids for
+the classes present, O(rows) scan plus the boundary replays, O(match
+length) recovery, O(matches) compaction; per row the scan needs about 11
+bytes of scratch besides the columns.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from .. import backend as B
+from ..analysis import CheckedQuery
+from ..frames import SortedInput
+from ..pattern.dfa import Dfa, DfaTooLarge
+from ..pattern.nfa import compile_nfa
+from ..predicates import masks as M
+from .base import MatchArrays, skip_error
+from .cpu import _DIRECT_MAX_VARS, _SKIP_MODES, CpuEngine, RunInfo, choose_path, class_bits
+from .reference import ReferenceEngine
+
+
+class GpuEngine:
+    name = "gpu"
+
+    def __init__(self, cpu: Optional[CpuEngine] = None):
+        self.last_run = RunInfo()
+        self.chunk_rows: Optional[int] = None     # None: the device's default
+        self._cpu = cpu or CpuEngine()
+        self._plan = None       # (query, MaskSet, device mask set or reason, Dfa)
+
+    @property
+    def simulated(self) -> bool:
+        found = B.detect()
+        return not isinstance(found, str) and found.simulated
+
+    def supports(self, query: CheckedQuery) -> Optional[str]:
+        found = B.detect()
+        if isinstance(found, str):
+            return found
+        return self._cpu.path_of(query)[1]
+
+    def path_of(self, query: CheckedQuery) -> str:
+        """"device" (masks and DFA on the device) or "cpu registers"."""
+        return "cpu registers" if self._cpu.path_of(query)[0] == "registers" else "device"
+
+    def find_matches(self, query: CheckedQuery, data: SortedInput):
+        if self.path_of(query) == "cpu registers":
+            matches = self._cpu.find_matches(query, data)
+            self.last_run = RunInfo("cpu registers", "a DEFINE depends on the match so far: "
+                                    "the CPU engine's register machine runs it")
+            return matches
+        if data.table.num_rows == 0:
+            self.last_run = RunInfo("device", "no rows")
+            return MatchArrays.empty()
+        backend = B.detect()
+        prepared = self._prepare(backend, query, data)
+        if isinstance(prepared, str):
+            self.last_run = RunInfo("reference", prepared)
+            return ReferenceEngine().find_matches(query, data)
+        classes, offsets, tables, self.last_run = prepared
+        return self._scan(backend, query, classes, offsets, tables)
+
+    # -- stages -------------------------------------------------------------
+
+    def _plan_for(self, query: CheckedQuery, schema):
+        plan = self._plan                   # one read: another thread may replace it
+        if plan is None or plan[0] is not query:
+            try:
+                from ..predicates import device_masks as DM
+            except ImportError:     # TODO(lead): remove once device_masks lands
+                device_set = "the device mask compiler is not built yet"
+            else:
+                reason = DM.device_masks_reason(query, schema)
+                device_set = DM.compile_device_masks(query, schema) if reason is None else reason
+            plan = (query, M.compile_masks(query), device_set,
+                    Dfa(compile_nfa(query.pattern, query.primary_vars)))
+            self._plan = plan
+        return plan
+
+    def _prepare(self, backend, query: CheckedQuery, data: SortedInput):
+        """(class ids, partition offsets, device DFA tables, RunInfo) on the
+        device, or the reason only the reference matcher answers exactly."""
+        from ..kernels.gpu_scan import DeviceTables
+        xp = backend.xp
+        n = data.table.num_rows
+        _, mask_set, device_set, dfa = self._plan_for(query, data.table.schema)
+        offsets = backend.to_device(data.partition_offsets.astype(np.int64, copy=False))
+        bits, masks_where = None, "host"
+        if not isinstance(device_set, str):
+            columns = device_set.load(data.table, xp)
+            bits, failed = device_set.evaluate(xp, columns, offsets, n)
+            if failed:
+                bits = None             # the host masks raise or decline exactly
+            else:
+                masks_where = "device"
+        if bits is None:
+            results = mask_set.evaluate_detailed(data)
+            failing = [v for v, r in results.items() if r is not None and r.failed.any()]
+            if failing:
+                return f"DEFINE {failing[0]} raises or cannot be represented exactly at some row"
+            bits = backend.to_device(class_bits(query, results, n))
+        n_vars = len(query.primary_vars)
+        if n_vars <= _DIRECT_MAX_VARS:
+            seen = xp.bincount(bits, minlength=1 << n_vars)
+            present = np.flatnonzero(backend.to_host(seen)).tolist()
+            classes = bits
+        else:
+            present_host, inverse = np.unique(backend.to_host(bits), return_inverse=True)
+            present = present_host.tolist()
+            dtype = np.uint8 if len(present) <= 256 else np.int32
+            classes = backend.to_device(inverse.astype(dtype))
+        try:
+            tables = dfa.dense_tables(present)
+        except DfaTooLarge as exc:
+            return str(exc)
+        if n_vars <= _DIRECT_MAX_VARS:
+            tables = tables.over_bitmasks(present, n_vars)
+        why = "" if masks_where == "device" else (
+            f"masks on the host: {device_set}" if isinstance(device_set, str)
+            else "masks on the host: a device mask raises or is inexact at some row")
+        info = RunInfo("device", why, tables.n_states - 1, len(present))
+        return classes, offsets, DeviceTables(backend, tables), info
+
+    def _scan(self, backend, query: CheckedQuery, classes, offsets, tables) -> MatchArrays:
+        from ..kernels import gpu_scan
+        from ..kernels.scan import ERR_SKIP_NO_ROW
+        xp = backend.xp
+        skip = query.skip
+        skip_vars = 0
+        if skip.kind in ("FIRST", "LAST"):
+            ids = {name: i for i, name in enumerate(query.primary_vars)}
+            for name in query.subsets.get(skip.var, (skip.var,)):
+                skip_vars |= 1 << ids[name]
+        chunk_rows = self.chunk_rows or gpu_scan.DEVICE_CHUNK_ROWS
+        starts, ends, partitions, failure = gpu_scan.run_scan(
+            backend, classes, offsets, tables, _SKIP_MODES[skip.kind], skip_vars, chunk_rows)
+        n_parts = offsets.shape[0] - 1
+        counts = xp.bincount(partitions, minlength=n_parts)
+        first_of_partition = xp.zeros(n_parts + 1, dtype=np.int64)
+        xp.cumsum(counts, out=first_of_partition[1:])
+        numbers = (xp.arange(starts.shape[0], dtype=np.int64)
+                   - first_of_partition[partitions] + 1)
+        if failure is not None:
+            code, i, p = failure
+            host = backend.to_host
+            raise skip_error(skip, code == ERR_SKIP_NO_ROW, int(host(numbers[i:i + 1])[0]),
+                             int(host(starts[i:i + 1])[0]), int(host(ends[i:i + 1])[0]) - 1,
+                             int(host(offsets[p:p + 1])[0]), p)
+        label_offsets, labels, excluded = gpu_scan.run_recovery(
+            backend, classes, offsets, starts, ends, partitions, tables)
+        host = backend.to_host
+        return MatchArrays(host(partitions), host(numbers), host(starts), host(ends) - 1,
+                           host(label_offsets), host(labels), host(excluded).astype(bool))

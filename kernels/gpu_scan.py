@@ -1,0 +1,285 @@
+"""The DFA scan and path recovery on a CUDA device: speculative chunks of
+partitions, boundary repair, compaction by prefix sums.
+
+What: the GPU twin of kernels/scan.py's host drivers. The kernel bodies are
+the same ``register_jitable`` functions (``scan_partition``,
+``recover_paths``), compiled here with ``numba.cuda.jit``; only the way work
+is split differs. Every partition is cut into chunks of ``chunk_rows`` rows,
+one thread each, so that one 1e9-row partition fills the device as well as
+1e5 small ones do:
+
+1. ``scan_chunks``: each thread scans its chunk as if a search started at
+   its first row (speculation), starting searches only inside the chunk but
+   reading on to its partition's end, and records its matches in slots from
+   its first row, their count, and the row its next search would start at.
+2. ``repair_chunks``: one thread per partition walks its chunks in order.
+   The true scan enters chunk k at the row chunk k-1 resumes at (``r``). If
+   ``r`` is a row where the speculative scan also started a search, both
+   scans are the same from there on (the scan is a function of where a search
+   starts), so chunk k keeps its speculative matches from ``r`` on. Else the
+   true scan is replayed one search at a time from ``r`` (matches written to
+   the chunk's repair slots) until it reaches such a row, or leaves the chunk
+   (then the chunk's speculation is dropped whole and its resume row is the
+   replay's). With AFTER MATCH SKIP TO NEXT ROW every row starts a search, so
+   speculation is always right; past the last row, a replay ends at the first
+   row not inside a speculative match, usually within a match or two.
+3. ``gather_chunks``: per chunk, repaired then kept speculative matches are
+   copied to their place given by an exclusive prefix sum over chunks:
+   deterministic order, no atomics.
+4. ``recover_matches``: one thread per match runs ``recover_paths``.
+
+SKIP TO FIRST/LAST recovers paths inside the scan into scratch indexed by
+row, which chunks of one partition would share: that mode runs one chunk per
+partition. The dead-state memo (``dead_state``) is shared by all threads:
+every value written is a fact (a DFA state from which no match follows at
+that row), whoever wrote it, so races only lose memo hits.
+
+Why this split: DESIGN.md §5's speculative chunking with boundary repair, as
+in parallel lexing and regex matching over chunks (the scan's state is the
+row a search starts at, and scans that agree on one such row agree after).
+Cost: O(rows) speculative work, plus the replayed searches at chunk
+boundaries (usually a few rows each); memory per row: the class id (1 B),
+two int32 slots (8 B, int64 past 2**31 rows) and the int16 memo (2 B).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+from .scan import (SKIP_TO_FIRST, SKIP_TO_LAST, SKIP_TO_NEXT_ROW, recover_paths,
+                   scan_partition)
+
+_compiled: dict = {}
+
+# Rows per speculative chunk on a device: enough threads for any H100-class
+# GPU at 1e8 rows and more, while each thread's run stays long enough that a
+# boundary repair is rare work.
+DEVICE_CHUNK_ROWS = 1024
+
+
+def kernels():
+    """The kernels (numba.cuda compiles each on its first launch)."""
+    if not _compiled:
+        _compiled.update(_build())
+    return _compiled
+
+
+def _build():
+    # The kernels read the module global ``cuda``: the simulator swaps it in a
+    # kernel's globals for its own thread-aware module, which a closure
+    # variable would hide.
+    @cuda.jit
+    def scan_chunks(classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, trans, steps,
+                    end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
+                    parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
+                    out_end, counts, dead_state, scratch_states, scratch_labels,
+                    scratch_excluded, slot_part_start, slot_hi, slot_out, errors):
+        k = cuda.grid(1)
+        if k < chunk_lo.shape[0]:
+            counts[k] = scan_partition(
+                classes, chunk_lo[k], chunk_hi[k], chunk_stop[k], chunk_lo[k],
+                chunk_part_start[k], False, trans, steps, end_accept, start_first,
+                start_other, skip_mode, skip_vars, parent_thread, parent_inst, match_thread,
+                end_thread, inst_var, inst_excluded, out_start, out_end, dead_state,
+                scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+                slot_out, errors[k])
+
+    @cuda.jit
+    def repair_chunks(classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
+                      chunk_part_start, trans, steps, end_accept, start_first, start_other,
+                      skip_mode, skip_vars, parent_thread, parent_inst, match_thread,
+                      end_thread, inst_var, inst_excluded, out_start, out_end, counts,
+                      fix_start, fix_end, fix_counts, drops, dead_state, scratch_states,
+                      scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
+                      errors, replay_err):
+        p = cuda.grid(1)
+        if p >= part_first_chunk.shape[0] - 1:
+            return
+        for k in range(part_first_chunk[p] + 1, part_first_chunk[p + 1]):
+            lo = chunk_lo[k]
+            pos = errors[k - 1, 2]          # where the true scan enters chunk k
+            if pos == lo:
+                continue                    # speculation started right here
+            n_spec = counts[k]
+            m = 0                           # speculative matches before pos are dropped
+            n_fix = 0
+            while True:
+                if pos >= chunk_stop[k]:    # replay left the chunk: drop all speculation
+                    m = n_spec
+                    errors[k, 2] = pos
+                    break
+                while m < n_spec and out_start[lo + m] < pos and out_end[lo + m] <= pos:
+                    m += 1
+                if m == n_spec or out_start[lo + m] >= pos:
+                    break                   # pos started a speculative search: in step
+                # pos lies inside speculative match m: replay one true search
+                n_fix += scan_partition(
+                    classes, pos, chunk_hi[k], pos + 1, lo + n_fix, chunk_part_start[k], False,
+                    trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+                    parent_thread, parent_inst, match_thread, end_thread, inst_var,
+                    inst_excluded, fix_start, fix_end, dead_state, scratch_states,
+                    scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
+                    replay_err[p])
+                pos = replay_err[p, 2]
+            drops[k] = m
+            fix_counts[k] = n_fix
+
+    @cuda.jit
+    def gather_chunks(chunk_lo, chunk_part, out_start, out_end, counts, fix_start, fix_end,
+                      fix_counts, drops, first_out, starts, ends, partitions):
+        k = cuda.grid(1)
+        if k >= chunk_lo.shape[0]:
+            return
+        lo = chunk_lo[k]
+        o = first_out[k]
+        for i in range(fix_counts[k]):
+            starts[o] = fix_start[lo + i]
+            ends[o] = fix_end[lo + i]
+            partitions[o] = chunk_part[k]
+            o += 1
+        for i in range(drops[k], counts[k]):
+            starts[o] = out_start[lo + i]
+            ends[o] = out_end[lo + i]
+            partitions[o] = chunk_part[k]
+            o += 1
+
+    @cuda.jit
+    def recover_matches(classes, match_part_start, match_hi, starts, ends, label_offsets,
+                        trans, start_first, start_other, parent_thread, parent_inst,
+                        match_thread, end_thread, inst_var, inst_excluded, states, labels,
+                        excluded):
+        i = cuda.grid(1)
+        if i < starts.shape[0]:
+            recover_paths(classes, i, i + 1, match_part_start, match_hi, starts, ends,
+                          label_offsets, trans, start_first, start_other, parent_thread,
+                          parent_inst, match_thread, end_thread, inst_var, inst_excluded,
+                          states, labels, excluded)
+
+    return {"scan": scan_chunks, "repair": repair_chunks, "gather": gather_chunks,
+            "recover": recover_matches}
+
+
+class DeviceTables:
+    """A ``DfaTables`` with its arrays on the device (they are small)."""
+
+    def __init__(self, backend, tables):
+        d = backend.to_device
+        self.trans = d(tables.trans)
+        self.steps = d(tables.steps)
+        self.end_accept = d(tables.end_accept)
+        self.parent_thread = d(tables.parent_thread)
+        self.parent_inst = d(tables.parent_inst)
+        self.match_thread = d(tables.match_thread)
+        self.end_thread = d(tables.end_thread)
+        self.inst_var = d(tables.inst_var)
+        self.inst_excluded = d(tables.inst_excluded)
+        self.start_first = np.int32(tables.start_first)
+        self.start_other = np.int32(tables.start_other)
+
+
+def chunk_plan(backend, offsets, chunk_rows: int) -> tuple:
+    """Cut every partition into chunks of ``chunk_rows`` rows (its last one
+    shorter): ``(part_first_chunk, chunk_part, chunk_lo, chunk_stop,
+    chunk_hi, chunk_part_start)``, all on the device."""
+    xp = backend.xp
+    sizes = offsets[1:] - offsets[:-1]
+    per_part = xp.maximum((sizes + (chunk_rows - 1)) // chunk_rows, 1)
+    part_first_chunk = xp.zeros(per_part.shape[0] + 1, dtype=np.int64)
+    xp.cumsum(per_part, out=part_first_chunk[1:])
+    n_chunks = backend.scalar(part_first_chunk[-1])
+    chunk_part = xp.repeat(xp.arange(per_part.shape[0], dtype=np.int64), per_part)
+    chunk_lo = offsets[:-1][chunk_part] + (
+        xp.arange(n_chunks, dtype=np.int64) - part_first_chunk[:-1][chunk_part]) * chunk_rows
+    chunk_hi = offsets[1:][chunk_part]
+    chunk_stop = xp.minimum(chunk_lo + chunk_rows, chunk_hi)
+    return (part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi,
+            offsets[:-1][chunk_part])
+
+
+def run_scan(backend, classes, offsets, tables: DeviceTables, skip_mode: int, skip_vars: int,
+             chunk_rows: int) -> tuple:
+    """Device driver of the scan: ``(starts, ends exclusive, partitions,
+    failure)`` with the match arrays on the device in partition and start
+    order; ``failure`` is None or ``(code, match index, partition)`` of the
+    first partition whose AFTER MATCH SKIP TO a variable cannot resume."""
+    xp = backend.xp
+    k = kernels()
+    n = classes.shape[0]
+    if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST):
+        chunk_rows = max(n, 1)              # path scratch is per row: one chunk per partition
+    plan = chunk_plan(backend, offsets, chunk_rows)
+    part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi, chunk_part_start = plan
+    n_chunks = chunk_lo.shape[0]
+    n_parts = offsets.shape[0] - 1
+    slot_type = np.int32 if n < 2 ** 31 - 1 else np.int64
+    out_start = xp.empty(n, dtype=slot_type)
+    out_end = xp.empty(n, dtype=slot_type)
+    counts = xp.zeros(n_chunks, dtype=np.int64)
+    dead_state = xp.zeros(n, dtype=np.int16)       # 1 + state: the DFA cap is 10,000 states
+    path_scratch = n if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST) else 1
+    scratch_states = xp.empty(path_scratch, dtype=np.int32)
+    scratch_labels = xp.empty(path_scratch, dtype=np.int16)
+    scratch_excluded = xp.empty(path_scratch, dtype=np.uint8)
+    slot_part_start = xp.empty(path_scratch, dtype=np.int64)
+    slot_hi = xp.empty(path_scratch, dtype=np.int64)
+    slot_out = xp.empty(path_scratch, dtype=np.int64)
+    errors = xp.zeros((n_chunks, 3), dtype=np.int64)
+    t = tables
+    dfa_args = (t.trans, t.steps, t.end_accept, t.start_first, t.start_other,
+                np.int32(skip_mode), np.int64(skip_vars), t.parent_thread, t.parent_inst,
+                t.match_thread, t.end_thread, t.inst_var, t.inst_excluded)
+    scratch = (dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
+               slot_hi, slot_out)
+    backend.launch(k["scan"], n_chunks, classes, chunk_lo, chunk_stop, chunk_hi,
+                   chunk_part_start, *dfa_args, out_start, out_end, counts, *scratch, errors)
+    fix_counts = xp.zeros(n_chunks, dtype=np.int64)
+    drops = xp.zeros(n_chunks, dtype=np.int64)
+    fix_start = fix_end = out_start[:1]         # unused unless a partition has two chunks
+    if n_chunks > n_parts and skip_mode != SKIP_TO_NEXT_ROW:
+        fix_start = xp.empty(n, dtype=slot_type)
+        fix_end = xp.empty(n, dtype=slot_type)
+        replay_err = xp.zeros((n_parts, 3), dtype=np.int64)
+        backend.launch(k["repair"], n_parts, classes, part_first_chunk, chunk_lo, chunk_stop,
+                       chunk_hi, chunk_part_start, *dfa_args, out_start, out_end, counts,
+                       fix_start, fix_end, fix_counts, drops, *scratch, errors, replay_err)
+    kept = fix_counts + counts - drops
+    first_out = xp.zeros(n_chunks + 1, dtype=np.int64)
+    xp.cumsum(kept, out=first_out[1:])
+    total = backend.scalar(first_out[-1])
+    starts = xp.empty(total, dtype=np.int64)
+    ends = xp.empty(total, dtype=np.int64)
+    partitions = xp.empty(total, dtype=np.int64)
+    backend.launch(k["gather"], n_chunks, chunk_lo, chunk_part, out_start, out_end, counts,
+                   fix_start, fix_end, fix_counts, drops, first_out, starts, ends, partitions)
+    failure = None
+    failing = xp.flatnonzero(errors[:, 0])
+    if failing.shape[0]:
+        # One chunk per partition in the SKIP TO modes: chunk = partition.
+        c = backend.scalar(failing[0])
+        code, slot = (int(x) for x in backend.to_host(errors[c, :2]))
+        index = backend.scalar(first_out[c]) + slot - backend.scalar(chunk_lo[c])
+        failure = (code, index, c)
+    return starts, ends, partitions, failure
+
+
+def run_recovery(backend, classes, offsets, starts, ends, partitions,
+                 tables: DeviceTables) -> tuple:
+    """Device driver of path recovery: ``(label_offsets, labels, excluded)``
+    on the device, the CSR layout of ``engines.base.MatchArrays``."""
+    xp = backend.xp
+    lengths = xp.maximum(ends - starts, 0)
+    label_offsets = xp.zeros(starts.shape[0] + 1, dtype=np.int64)
+    xp.cumsum(lengths, out=label_offsets[1:])
+    total = backend.scalar(label_offsets[-1])
+    labels = xp.empty(total, dtype=np.int16)
+    excluded = xp.empty(total, dtype=np.uint8)
+    states = xp.empty(max(total, 1), dtype=np.int32)
+    match_part_start = offsets[:-1][partitions]
+    match_hi = offsets[1:][partitions]
+    t = tables
+    backend.launch(kernels()["recover"], starts.shape[0], classes,
+                   match_part_start, match_hi, starts, ends, label_offsets, t.trans,
+                   t.start_first, t.start_other, t.parent_thread, t.parent_inst, t.match_thread,
+                   t.end_thread, t.inst_var, t.inst_excluded, states, labels, excluded)
+    return label_offsets, labels, excluded

@@ -1,0 +1,139 @@
+"""The GPU engine (engines/gpu.py, kernels/gpu_scan.py) against the reference.
+
+Without a GPU these run the engine's own code path under numba's CUDA
+simulator (tests/conftest.py turns it on), with tiny speculative chunks so
+that chunk boundaries fall inside matches and the boundary repair runs; on
+a GPU machine the same tests run on the device. The conformance suite runs
+on ``engine="gpu"`` through tests/test_conformance.py.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpu_mr
+from gpu_mr import backend as B
+from gpu_mr.analysis import analyze
+from gpu_mr.engines import choose
+from gpu_mr.engines.gpu import GpuEngine
+from gpu_mr.engines.reference import ReferenceEngine
+from gpu_mr.errors import GpuMrError
+from gpu_mr.frames import sort_for_matching
+from gpu_mr.syntax import parse_clause
+
+from test_cpu_engine import outcome, row_local_clauses, tables
+
+if isinstance(B.detect(), str):
+    pytest.skip(f"no GPU and no simulator: {B.detect()}", allow_module_level=True)
+
+FULL = os.environ.get("GPU_MR_FULL_TESTS") == "1"
+
+
+def run_both(clause: str, table: pa.Table, chunk_rows: int) -> tuple:
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    gpu = GpuEngine()
+    gpu.chunk_rows = chunk_rows
+    assert gpu.supports(query) is None, clause
+    return outcome(gpu, query, data), outcome(ReferenceEngine(), query, data), gpu
+
+
+@settings(max_examples=1000 if FULL else 80, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(row_local_clauses(), tables(), st.sampled_from([1, 2, 3, 5, 64]))
+def test_gpu_engine_equals_reference(clause, table, chunk_rows):
+    got, want, gpu = run_both(clause, table, chunk_rows)
+    assert got == want, f"\n{clause}\nchunk_rows={chunk_rows}\n{table.to_pydict()}"
+    assert gpu.last_run.path in ("device", "reference") or not table.num_rows
+
+
+def v_shape(n: int, parts: int, seed: int) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    return pa.table({"sym": rng.integers(0, parts, n), "ts": np.arange(n),
+                     "price": np.round(rng.normal(0, 1, n).cumsum(), 1)})
+
+
+V = ("PARTITION BY sym ORDER BY ts MEASURES FIRST(A.ts) AS s, LAST(ts) AS e, COUNT(*) AS n, "
+     "LAST(CLASSIFIER()) AS c AFTER MATCH SKIP {skip} PATTERN (A B+ C+) "
+     "DEFINE B AS price < PREV(price), C AS price > PREV(price)")
+
+
+@pytest.mark.parametrize("skip", ["PAST LAST ROW", "TO NEXT ROW", "TO LAST C", "TO FIRST C"])
+@pytest.mark.parametrize("chunk_rows", [2, 7, 1024])
+def test_long_partitions_in_chunks_equal_reference(skip, chunk_rows):
+    # Two long partitions: most chunk boundaries fall inside a V, so the
+    # true scan enters most chunks off their first row and repair replays.
+    t = v_shape(600, 2, 3)
+    gpu_mr.engines._AVAILABLE["gpu"].chunk_rows = chunk_rows
+    try:
+        got = gpu_mr.match_recognize(t, V.format(skip=skip), engine="gpu")
+    finally:
+        gpu_mr.engines._AVAILABLE["gpu"].chunk_rows = None
+    assert got.equals(gpu_mr.match_recognize(t, V.format(skip=skip), engine="reference"))
+    assert got.num_rows > 20
+
+
+def test_repair_replays_when_a_chunk_boundary_falls_inside_a_match():
+    # A B+ over rows A B B B B | B B A B B (chunks of 5): the speculative scan
+    # of chunk 2 starts at row 5 (a B row: no match there, then A B B from
+    # row 7); the true scan enters chunk 2 at row 5 too, since the first
+    # match ends at row 6 -> resumes at 7, inside nothing: the match at 7 is
+    # kept. With chunks of 3, boundaries at 3 and 6 fall inside the first
+    # match (rows 0-6): chunk 2 (rows 3-5) is dropped whole, chunk 3 replays.
+    x = [1, 2, 2, 2, 2, 2, 2, 1, 2, 2]
+    t = pa.table({"ts": np.arange(len(x)), "x": x})
+    q = ("ORDER BY ts MEASURES FIRST(A.ts) AS s, LAST(B.ts) AS e PATTERN (A B+) "
+         "DEFINE A AS x = 1, B AS x = 2")
+    for chunk_rows in (1, 2, 3, 4, 5, 6):
+        got, want, gpu = run_both(q, t, chunk_rows)
+        assert got == want, chunk_rows
+        assert gpu.last_run.path == "device"
+
+
+def test_skip_errors_are_the_references():
+    t = pa.table({"ts": [1, 2, 3, 4], "x": [1, 2, 1, 2]})
+    q = ("ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO FIRST A "
+         "PATTERN (A B) DEFINE A AS x = 1, B AS x = 2")
+    messages = []
+    for engine in ("reference", "gpu"):
+        with pytest.raises(GpuMrError) as info:
+            gpu_mr.match_recognize(t, q, engine=engine)
+        messages.append((type(info.value), str(info.value)))
+    assert messages[0] == messages[1]
+
+
+def test_state_dependent_queries_run_on_the_cpu_register_machine():
+    t = v_shape(200, 3, 5)
+    q = ("PARTITION BY sym ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
+         "DEFINE B AS price < AVG(B.price) + 1 AND COUNT(B.*) < 4")
+    got = gpu_mr.match_recognize(t, q, engine="gpu")
+    assert got.equals(gpu_mr.match_recognize(t, q, engine="reference"))
+    assert gpu_mr.engines._AVAILABLE["gpu"].last_run.path == "cpu registers"
+
+
+def test_many_variables_and_empty_input():
+    names = "ABCDEFGHIJ"
+    q = ("ORDER BY ts MEASURES COUNT(*) AS n PATTERN (" + " ".join(f"{v}?" for v in names)
+         + " Z) DEFINE " + ", ".join(f"{v} AS x % 11 = {i}" for i, v in enumerate(names))
+         + ", Z AS x % 11 = 10")
+    t = pa.table({"ts": np.arange(300), "x": np.random.default_rng(2).integers(0, 11, 300)})
+    got = gpu_mr.match_recognize(t, q, engine="gpu")
+    assert got.equals(gpu_mr.match_recognize(t, q, engine="reference"))
+    assert gpu_mr.match_recognize(t.slice(0, 0), q, engine="gpu").num_rows == 0
+
+
+def test_auto_never_picks_the_simulator():
+    t = v_shape(50, 2, 1)
+    query = analyze(parse_clause(V.format(skip="PAST LAST ROW")), t.schema)
+    found = B.detect()
+    if found.simulated:
+        assert choose(query, "auto").name == "cpu"
+        assert "simulator" in gpu_mr.compile(V.format(skip="PAST LAST ROW"), t).explain()
+    else:
+        assert choose(query, "auto").name == "gpu"
