@@ -34,6 +34,7 @@ bytes of scratch besides the columns.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -110,74 +111,118 @@ class GpuEngine:
     def _prepare(self, backend, query: CheckedQuery, data: SortedInput):
         """(class ids, partition offsets, device DFA tables, RunInfo) on the
         device, or the reason only the reference matcher answers exactly."""
-        from ..kernels.gpu_scan import DeviceTables
-        xp = backend.xp
         n = data.table.num_rows
         _, mask_set, device_set, dfa = self._plan_for(query, data.table.schema)
         offsets = backend.to_device(data.partition_offsets.astype(np.int64, copy=False))
-        bits, masks_where = None, "host"
+        bits = None
         if not isinstance(device_set, str):
-            columns = device_set.load(data.table, xp)
-            bits, failed = device_set.evaluate(xp, columns, offsets, n)
+            columns = device_set.load(data.table, backend.xp)
+            bits, failed = device_set.evaluate(backend.xp, columns, offsets, n)
             if failed:
                 bits = None             # the host masks raise or decline exactly
-            else:
-                masks_where = "device"
         if bits is None:
             results = mask_set.evaluate_detailed(data)
             failing = [v for v, r in results.items() if r is not None and r.failed.any()]
             if failing:
                 return f"DEFINE {failing[0]} raises or cannot be represented exactly at some row"
             bits = backend.to_device(class_bits(query, results, n))
-        n_vars = len(query.primary_vars)
-        if n_vars <= _DIRECT_MAX_VARS:
-            seen = xp.bincount(bits, minlength=1 << n_vars)
-            present = np.flatnonzero(backend.to_host(seen)).tolist()
-            classes = bits
+            why = (f"masks on the host: {device_set}" if isinstance(device_set, str)
+                   else "masks on the host: a device mask raises or is inexact at some row")
         else:
-            present_host, inverse = np.unique(backend.to_host(bits), return_inverse=True)
-            present = present_host.tolist()
-            dtype = np.uint8 if len(present) <= 256 else np.int32
-            classes = backend.to_device(inverse.astype(dtype))
-        try:
-            tables = dfa.dense_tables(present)
-        except DfaTooLarge as exc:
-            return str(exc)
-        if n_vars <= _DIRECT_MAX_VARS:
-            tables = tables.over_bitmasks(present, n_vars)
-        why = "" if masks_where == "device" else (
-            f"masks on the host: {device_set}" if isinstance(device_set, str)
-            else "masks on the host: a device mask raises or is inexact at some row")
-        info = RunInfo("device", why, tables.n_states - 1, len(present))
-        return classes, offsets, DeviceTables(backend, tables), info
+            why = ""
+        prepared = classes_and_tables(backend, query, dfa, bits)
+        if isinstance(prepared, str):
+            return prepared
+        classes, tables, n_states, n_classes = prepared
+        return classes, offsets, tables, RunInfo("device", why, n_states, n_classes)
 
     def _scan(self, backend, query: CheckedQuery, classes, offsets, tables) -> MatchArrays:
-        from ..kernels import gpu_scan
-        from ..kernels.scan import ERR_SKIP_NO_ROW
-        xp = backend.xp
-        skip = query.skip
-        skip_vars = 0
-        if skip.kind in ("FIRST", "LAST"):
-            ids = {name: i for i, name in enumerate(query.primary_vars)}
-            for name in query.subsets.get(skip.var, (skip.var,)):
-                skip_vars |= 1 << ids[name]
-        chunk_rows = self.chunk_rows or gpu_scan.DEVICE_CHUNK_ROWS
-        starts, ends, partitions, failure = gpu_scan.run_scan(
-            backend, classes, offsets, tables, _SKIP_MODES[skip.kind], skip_vars, chunk_rows)
-        n_parts = offsets.shape[0] - 1
-        counts = xp.bincount(partitions, minlength=n_parts)
-        first_of_partition = xp.zeros(n_parts + 1, dtype=np.int64)
-        xp.cumsum(counts, out=first_of_partition[1:])
-        numbers = (xp.arange(starts.shape[0], dtype=np.int64)
-                   - first_of_partition[partitions] + 1)
-        if failure is not None:
-            code, i, p = failure
-            host = backend.to_host
-            raise skip_error(skip, code == ERR_SKIP_NO_ROW, int(host(numbers[i:i + 1])[0]),
-                             int(host(starts[i:i + 1])[0]), int(host(ends[i:i + 1])[0]) - 1,
-                             int(host(offsets[p:p + 1])[0]), p)
-        label_offsets, labels, excluded = gpu_scan.run_recovery(
-            backend, classes, offsets, starts, ends, partitions, tables)
+        found = scan(backend, query, classes, offsets, tables, self.chunk_rows)
+        return recover(backend, classes, offsets, found, tables).to_host(backend)
+
+
+@dataclass
+class DeviceMatches:
+    """Matches on the device: ``starts``/``ends`` (exclusive) in partition
+    and start order, ``partitions``, ``numbers`` (1-based per partition);
+    after :func:`recover` also the CSR labels of ``MatchArrays``."""
+    starts: object
+    ends: object
+    partitions: object
+    numbers: object
+    label_offsets: object = None
+    labels: object = None
+    excluded: object = None
+
+    def to_host(self, backend) -> MatchArrays:
         host = backend.to_host
-        return MatchArrays(host(partitions), host(numbers), host(starts), host(ends) - 1,
-                           host(label_offsets), host(labels), host(excluded).astype(bool))
+        return MatchArrays(host(self.partitions), host(self.numbers), host(self.starts),
+                           host(self.ends) - 1, host(self.label_offsets), host(self.labels),
+                           host(self.excluded).astype(bool))
+
+
+def classes_and_tables(backend, query: CheckedQuery, dfa: Dfa, bits):
+    """``(class ids, DeviceTables, DFA states, classes present)`` for the
+    packed variable bitmasks ``bits`` on the device, or the reason the DFA
+    cannot be built (past its state cap)."""
+    from ..kernels.gpu_scan import DeviceTables
+    xp = backend.xp
+    n_vars = len(query.primary_vars)
+    if n_vars <= _DIRECT_MAX_VARS:
+        seen = xp.bincount(bits, minlength=1 << n_vars)
+        present = np.flatnonzero(backend.to_host(seen)).tolist()
+        classes = bits
+    else:
+        # Past 8 variables the bitmasks are renumbered densely (rare: a sort
+        # on the host, one transfer each way).
+        present_host, inverse = np.unique(backend.to_host(bits), return_inverse=True)
+        present = present_host.tolist()
+        dtype = np.uint8 if len(present) <= 256 else np.int32
+        classes = backend.to_device(inverse.astype(dtype))
+    try:
+        tables = dfa.dense_tables(present)
+    except DfaTooLarge as exc:
+        return str(exc)
+    if n_vars <= _DIRECT_MAX_VARS:
+        tables = tables.over_bitmasks(present, n_vars)
+    return classes, DeviceTables(backend, tables), tables.n_states - 1, len(present)
+
+
+def scan(backend, query: CheckedQuery, classes, offsets, tables,
+         chunk_rows: Optional[int] = None) -> DeviceMatches:
+    """The chunked scan and match numbering on the device; raises the
+    reference engine's error where AFTER MATCH SKIP TO a variable cannot
+    resume."""
+    from ..kernels import gpu_scan
+    from ..kernels.scan import ERR_SKIP_NO_ROW
+    xp = backend.xp
+    skip = query.skip
+    skip_vars = 0
+    if skip.kind in ("FIRST", "LAST"):
+        ids = {name: i for i, name in enumerate(query.primary_vars)}
+        for name in query.subsets.get(skip.var, (skip.var,)):
+            skip_vars |= 1 << ids[name]
+    starts, ends, partitions, failure = gpu_scan.run_scan(
+        backend, classes, offsets, tables, _SKIP_MODES[skip.kind], skip_vars,
+        chunk_rows or gpu_scan.DEVICE_CHUNK_ROWS)
+    n_parts = offsets.shape[0] - 1
+    counts = xp.bincount(partitions, minlength=n_parts)
+    first_of_partition = xp.zeros(n_parts + 1, dtype=np.int64)
+    xp.cumsum(counts, out=first_of_partition[1:])
+    numbers = xp.arange(starts.shape[0], dtype=np.int64) - first_of_partition[partitions] + 1
+    if failure is not None:
+        code, i, p = failure
+
+        def at(array, k):
+            return int(backend.to_host(array[k:k + 1])[0])
+        raise skip_error(skip, code == ERR_SKIP_NO_ROW, at(numbers, i), at(starts, i),
+                         at(ends, i) - 1, at(offsets, p), p)
+    return DeviceMatches(starts, ends, partitions, numbers)
+
+
+def recover(backend, classes, offsets, found: DeviceMatches, tables) -> DeviceMatches:
+    """``found`` with each match's path (variable per row) recovered on the device."""
+    from ..kernels import gpu_scan
+    found.label_offsets, found.labels, found.excluded = gpu_scan.run_recovery(
+        backend, classes, offsets, found.starts, found.ends, found.partitions, tables)
+    return found
