@@ -48,7 +48,7 @@ import numpy as np
 from numba import cuda
 
 from .scan import (SKIP_TO_FIRST, SKIP_TO_LAST, SKIP_TO_NEXT_ROW, recover_paths,
-                   scan_partition)
+                   register_jitable, scan_partition)
 
 _compiled: dict = {}
 
@@ -56,6 +56,93 @@ _compiled: dict = {}
 # GPU at 1e8 rows and more, while each thread's run stays long enough that a
 # boundary repair is rare work.
 DEVICE_CHUNK_ROWS = 1024
+
+
+# Kernel bodies beyond kernels/scan.py's: plain functions (compiled into the
+# kernels below; the tests also compile them with numba.njit).
+
+@register_jitable
+def scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, trans, steps,
+               end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
+               parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
+               out_end, counts, dead_state, scratch_states, scratch_labels, scratch_excluded,
+               slot_part_start, slot_hi, slot_out, errors):
+    """Speculative scan of chunk ``k`` (module header, step 1)."""
+    counts[k] = scan_partition(
+        classes, chunk_lo[k], chunk_hi[k], chunk_stop[k], chunk_lo[k], chunk_part_start[k],
+        False, trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+        parent_thread, parent_inst, match_thread, end_thread, inst_var, inst_excluded,
+        out_start, out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
+        slot_part_start, slot_hi, slot_out, errors[k])
+
+
+@register_jitable
+def recover_match(i, classes, match_part_start, match_hi, starts, ends, label_offsets, trans,
+                  start_first, start_other, parent_thread, parent_inst, match_thread,
+                  end_thread, inst_var, inst_excluded, states, labels, excluded):
+    """Path recovery of match ``i`` (module header, step 4)."""
+    recover_paths(classes, i, i + 1, match_part_start, match_hi, starts, ends, label_offsets,
+                  trans, start_first, start_other, parent_thread, parent_inst, match_thread,
+                  end_thread, inst_var, inst_excluded, states, labels, excluded)
+
+
+@register_jitable
+def repair_partition(p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
+                     chunk_part_start, trans, steps, end_accept, start_first, start_other,
+                     skip_mode, skip_vars, parent_thread, parent_inst, match_thread, end_thread,
+                     inst_var, inst_excluded, out_start, out_end, counts, fix_start, fix_end,
+                     fix_counts, drops, dead_state, scratch_states, scratch_labels,
+                     scratch_excluded, slot_part_start, slot_hi, slot_out, errors, replay_err):
+    """Walk partition ``p``'s chunks in order and repair each whose
+    speculation started off the true scan (module header, step 2)."""
+    for k in range(part_first_chunk[p] + 1, part_first_chunk[p + 1]):
+        lo = chunk_lo[k]
+        pos = errors[k - 1, 2]          # where the true scan enters chunk k
+        if pos == lo:
+            continue                    # speculation started right here
+        n_spec = counts[k]
+        m = 0                           # speculative matches before pos are dropped
+        n_fix = 0
+        while True:
+            if pos >= chunk_stop[k]:    # the replay left the chunk: drop all speculation
+                m = n_spec
+                errors[k, 2] = pos
+                break
+            while m < n_spec and out_start[lo + m] < pos and out_end[lo + m] <= pos:
+                m += 1
+            if m == n_spec or out_start[lo + m] >= pos:
+                break                   # pos started a speculative search: in step
+            # pos lies inside speculative match m: replay one true search
+            n_fix += scan_partition(
+                classes, pos, chunk_hi[k], pos + 1, lo + n_fix, chunk_part_start[k], False,
+                trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+                parent_thread, parent_inst, match_thread, end_thread, inst_var,
+                inst_excluded, fix_start, fix_end, dead_state, scratch_states,
+                scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
+                replay_err[p])
+            pos = replay_err[p, 2]
+        drops[k] = m
+        fix_counts[k] = n_fix
+
+
+@register_jitable
+def gather_chunk(k, chunk_lo, chunk_part, out_start, out_end, counts, fix_start, fix_end,
+                 fix_counts, drops, first_out, starts, ends, partitions):
+    """Copy chunk ``k``'s replayed, then kept speculative, matches to their
+    place ``first_out[k] ...`` of the compacted arrays."""
+    lo = chunk_lo[k]
+    o = first_out[k]
+    for i in range(fix_counts[k]):
+        starts[o] = fix_start[lo + i]
+        ends[o] = fix_end[lo + i]
+        partitions[o] = chunk_part[k]
+        o += 1
+    for i in range(drops[k], counts[k]):
+        starts[o] = out_start[lo + i]
+        ends[o] = out_end[lo + i]
+        partitions[o] = chunk_part[k]
+        o += 1
+
 
 
 def kernels():
@@ -77,13 +164,12 @@ def _build():
                     scratch_excluded, slot_part_start, slot_hi, slot_out, errors):
         k = cuda.grid(1)
         if k < chunk_lo.shape[0]:
-            counts[k] = scan_partition(
-                classes, chunk_lo[k], chunk_hi[k], chunk_stop[k], chunk_lo[k],
-                chunk_part_start[k], False, trans, steps, end_accept, start_first,
-                start_other, skip_mode, skip_vars, parent_thread, parent_inst, match_thread,
-                end_thread, inst_var, inst_excluded, out_start, out_end, dead_state,
-                scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
-                slot_out, errors[k])
+            scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, trans,
+                       steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+                       parent_thread, parent_inst, match_thread, end_thread, inst_var,
+                       inst_excluded, out_start, out_end, counts, dead_state, scratch_states,
+                       scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
+                       errors)
 
     @cuda.jit
     def repair_chunks(classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
@@ -94,55 +180,22 @@ def _build():
                       scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
                       errors, replay_err):
         p = cuda.grid(1)
-        if p >= part_first_chunk.shape[0] - 1:
-            return
-        for k in range(part_first_chunk[p] + 1, part_first_chunk[p + 1]):
-            lo = chunk_lo[k]
-            pos = errors[k - 1, 2]          # where the true scan enters chunk k
-            if pos == lo:
-                continue                    # speculation started right here
-            n_spec = counts[k]
-            m = 0                           # speculative matches before pos are dropped
-            n_fix = 0
-            while True:
-                if pos >= chunk_stop[k]:    # replay left the chunk: drop all speculation
-                    m = n_spec
-                    errors[k, 2] = pos
-                    break
-                while m < n_spec and out_start[lo + m] < pos and out_end[lo + m] <= pos:
-                    m += 1
-                if m == n_spec or out_start[lo + m] >= pos:
-                    break                   # pos started a speculative search: in step
-                # pos lies inside speculative match m: replay one true search
-                n_fix += scan_partition(
-                    classes, pos, chunk_hi[k], pos + 1, lo + n_fix, chunk_part_start[k], False,
-                    trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
-                    parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                    inst_excluded, fix_start, fix_end, dead_state, scratch_states,
-                    scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
-                    replay_err[p])
-                pos = replay_err[p, 2]
-            drops[k] = m
-            fix_counts[k] = n_fix
+        if p < part_first_chunk.shape[0] - 1:
+            repair_partition(
+                p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
+                chunk_part_start, trans, steps, end_accept, start_first, start_other,
+                skip_mode, skip_vars, parent_thread, parent_inst, match_thread, end_thread,
+                inst_var, inst_excluded, out_start, out_end, counts, fix_start, fix_end,
+                fix_counts, drops, dead_state, scratch_states, scratch_labels,
+                scratch_excluded, slot_part_start, slot_hi, slot_out, errors, replay_err)
 
     @cuda.jit
     def gather_chunks(chunk_lo, chunk_part, out_start, out_end, counts, fix_start, fix_end,
                       fix_counts, drops, first_out, starts, ends, partitions):
         k = cuda.grid(1)
-        if k >= chunk_lo.shape[0]:
-            return
-        lo = chunk_lo[k]
-        o = first_out[k]
-        for i in range(fix_counts[k]):
-            starts[o] = fix_start[lo + i]
-            ends[o] = fix_end[lo + i]
-            partitions[o] = chunk_part[k]
-            o += 1
-        for i in range(drops[k], counts[k]):
-            starts[o] = out_start[lo + i]
-            ends[o] = out_end[lo + i]
-            partitions[o] = chunk_part[k]
-            o += 1
+        if k < chunk_lo.shape[0]:
+            gather_chunk(k, chunk_lo, chunk_part, out_start, out_end, counts, fix_start,
+                         fix_end, fix_counts, drops, first_out, starts, ends, partitions)
 
     @cuda.jit
     def recover_matches(classes, match_part_start, match_hi, starts, ends, label_offsets,
@@ -151,13 +204,24 @@ def _build():
                         excluded):
         i = cuda.grid(1)
         if i < starts.shape[0]:
-            recover_paths(classes, i, i + 1, match_part_start, match_hi, starts, ends,
+            recover_match(i, classes, match_part_start, match_hi, starts, ends,
                           label_offsets, trans, start_first, start_other, parent_thread,
                           parent_inst, match_thread, end_thread, inst_var, inst_excluded,
                           states, labels, excluded)
 
     return {"scan": scan_chunks, "repair": repair_chunks, "gather": gather_chunks,
             "recover": recover_matches}
+
+
+# Each kernel's body, by the kernel's name: a kernel runs its body once per
+# thread index below its job count (tests run the bodies compiled for the CPU).
+BODIES = {"scan": scan_chunk, "repair": repair_partition, "gather": gather_chunk,
+          "recover": recover_match}
+
+
+def launch(backend, name: str, jobs: int, *args) -> None:
+    """Run kernel ``name`` over ``jobs`` thread indices."""
+    backend.launch(kernels()[name], jobs, *args)
 
 
 class DeviceTables:
@@ -188,7 +252,10 @@ def chunk_plan(backend, offsets, chunk_rows: int) -> tuple:
     part_first_chunk = xp.zeros(per_part.shape[0] + 1, dtype=np.int64)
     xp.cumsum(per_part, out=part_first_chunk[1:])
     n_chunks = backend.scalar(part_first_chunk[-1])
-    chunk_part = xp.repeat(xp.arange(per_part.shape[0], dtype=np.int64), per_part)
+    # Each chunk's partition: a binary search, not xp.repeat (cupy's needs
+    # its counts on the host).
+    chunk_part = xp.searchsorted(part_first_chunk[1:], xp.arange(n_chunks, dtype=np.int64),
+                                 side="right")
     chunk_lo = offsets[:-1][chunk_part] + (
         xp.arange(n_chunks, dtype=np.int64) - part_first_chunk[:-1][chunk_part]) * chunk_rows
     chunk_hi = offsets[1:][chunk_part]
@@ -204,7 +271,6 @@ def run_scan(backend, classes, offsets, tables: DeviceTables, skip_mode: int, sk
     order; ``failure`` is None or ``(code, match index, partition)`` of the
     first partition whose AFTER MATCH SKIP TO a variable cannot resume."""
     xp = backend.xp
-    k = kernels()
     n = classes.shape[0]
     if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST):
         chunk_rows = max(n, 1)              # path scratch is per row: one chunk per partition
@@ -231,7 +297,7 @@ def run_scan(backend, classes, offsets, tables: DeviceTables, skip_mode: int, sk
                 t.match_thread, t.end_thread, t.inst_var, t.inst_excluded)
     scratch = (dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
                slot_hi, slot_out)
-    backend.launch(k["scan"], n_chunks, classes, chunk_lo, chunk_stop, chunk_hi,
+    launch(backend, "scan", n_chunks, classes, chunk_lo, chunk_stop, chunk_hi,
                    chunk_part_start, *dfa_args, out_start, out_end, counts, *scratch, errors)
     fix_counts = xp.zeros(n_chunks, dtype=np.int64)
     drops = xp.zeros(n_chunks, dtype=np.int64)
@@ -240,7 +306,7 @@ def run_scan(backend, classes, offsets, tables: DeviceTables, skip_mode: int, sk
         fix_start = xp.empty(n, dtype=slot_type)
         fix_end = xp.empty(n, dtype=slot_type)
         replay_err = xp.zeros((n_parts, 3), dtype=np.int64)
-        backend.launch(k["repair"], n_parts, classes, part_first_chunk, chunk_lo, chunk_stop,
+        launch(backend, "repair", n_parts, classes, part_first_chunk, chunk_lo, chunk_stop,
                        chunk_hi, chunk_part_start, *dfa_args, out_start, out_end, counts,
                        fix_start, fix_end, fix_counts, drops, *scratch, errors, replay_err)
     kept = fix_counts + counts - drops
@@ -250,7 +316,7 @@ def run_scan(backend, classes, offsets, tables: DeviceTables, skip_mode: int, sk
     starts = xp.empty(total, dtype=np.int64)
     ends = xp.empty(total, dtype=np.int64)
     partitions = xp.empty(total, dtype=np.int64)
-    backend.launch(k["gather"], n_chunks, chunk_lo, chunk_part, out_start, out_end, counts,
+    launch(backend, "gather", n_chunks, chunk_lo, chunk_part, out_start, out_end, counts,
                    fix_start, fix_end, fix_counts, drops, first_out, starts, ends, partitions)
     failure = None
     failing = xp.flatnonzero(errors[:, 0])
@@ -278,7 +344,7 @@ def run_recovery(backend, classes, offsets, starts, ends, partitions,
     match_part_start = offsets[:-1][partitions]
     match_hi = offsets[1:][partitions]
     t = tables
-    backend.launch(kernels()["recover"], starts.shape[0], classes,
+    launch(backend, "recover", starts.shape[0], classes,
                    match_part_start, match_hi, starts, ends, label_offsets, t.trans,
                    t.start_first, t.start_other, t.parent_thread, t.parent_inst, t.match_thread,
                    t.end_thread, t.inst_var, t.inst_excluded, states, labels, excluded)

@@ -107,3 +107,22 @@ def test_runner_tiny(tmp_path):
     markdown = _run(BENCH / "report.py", out).stdout
     assert markdown.startswith("Command: `python benchmarks/run.py ")
     assert markdown.count("| 3,000 |") == 6
+
+
+def test_gpu_bench_tiny_under_the_simulator(tmp_path):
+    # The GPU benchmark's own code (data on the device, every stage, the
+    # checks against the CPU engine) on a few thousand rows in numba's CUDA
+    # simulator, so that a lent GPU's time is not lost to a broken script.
+    import os
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "gpu_bench.py"), "--rows", "2000", "--partitions", "1,9",
+         "--cpu-rows", "2000", "--check-rows", "2000", "--repeat", "1", "--chunk-rows", "16",
+         "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    report = json.loads(next(tmp_path.glob("gpu-*.json")).read_text())
+    assert report["simulated"] and len(report["cases"]) == 2
+    for case in report["cases"]:
+        assert case["identical_to_cpu_engine"] and case["public_api_identical"], case
+        assert set(case["stages"]) >= {"masks", "classes", "scan", "recovery", "to_host"}
+    assert str(BENCH.parent) not in json.dumps(report)       # no machine paths

@@ -1,0 +1,289 @@
+"""GPU benchmark: the GPU engine checked against the CPU engine, every stage timed.
+
+What: on a CUDA device, for each size (1e7 to 1e9 rows of ~32 B: symbol,
+timestamp, price, volume) and partition count (1 to 100,000), generates
+pre-sorted tick data on the device, runs the V-shape query's GPU pipeline
+stage by stage (masks, classes and DFA tables, chunked scan with repair and
+numbering, path recovery, transfer of the matches to the host, measures on
+the host), and prints per stage the time, rows/s and the fraction of the
+device's memory bandwidth it achieved (bytes the stage must move over the
+bandwidth of a large device-to-device copy measured in the same run). It
+checks the GPU matches against the CPU engine's on the same rows (whole
+datasets up to ``--check-rows``), compares the public API's output tables,
+times the CPU engine on the same rows for the speed ratio, and writes
+everything to JSON.
+
+Why one script: a lent GPU is rare and its time short (the device README and
+METHOD.md): one call builds, checks and times every case, and the raw
+output comes back to ``benchmarks/results/``.
+
+Run on a GPU machine, from the repository root (no install needed: the
+in-tree package is used; cupy, numba-cuda, numpy, pyarrow, pandas must be
+there)::
+
+    python3 benchmarks/gpu_bench.py --out-dir benchmarks/results
+    python3 benchmarks/gpu_bench.py --quick          # 1e7 and 1e8 rows only
+
+Under numba's CUDA simulator (tests: a tiny run of the same code)::
+
+    NUMBA_ENABLE_CUDASIM=1 python benchmarks/gpu_bench.py --rows 3000 --partitions 1,7 \\
+        --cpu-rows 3000 --check-rows 3000 --repeat 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.util
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _use_tree_package() -> None:
+    """Import gpu_mr from this checkout even when it is not installed: the
+    kernels/ folder installs as gpu_mr.kernels, so map it by hand."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    import gpu_mr
+    try:
+        import gpu_mr.kernels  # noqa: F401
+    except ImportError:
+        spec = importlib.util.spec_from_file_location(
+            "gpu_mr.kernels", ROOT / "kernels" / "__init__.py",
+            submodule_search_locations=[str(ROOT / "kernels")])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["gpu_mr.kernels"] = module
+        spec.loader.exec_module(module)
+        gpu_mr.kernels = module
+
+
+_use_tree_package()
+
+import gpu_mr  # noqa: E402
+from gpu_mr import backend as B  # noqa: E402
+from gpu_mr.analysis import analyze  # noqa: E402
+from gpu_mr.engines import gpu as G  # noqa: E402
+from gpu_mr.engines.cpu import CpuEngine  # noqa: E402
+from gpu_mr.frames import SortedInput  # noqa: E402
+from gpu_mr.kernels.gpu_scan import DEVICE_CHUNK_ROWS  # noqa: E402
+from gpu_mr.measures import assemble  # noqa: E402
+from gpu_mr.syntax import parse_clause  # noqa: E402
+
+V_SHAPE = """
+    PARTITION BY symbol ORDER BY ts
+    MEASURES FIRST(STRT.ts) AS start_ts, LAST(DOWN.price) AS bottom,
+             LAST(UP.ts) AS end_ts, COUNT(*) AS n
+    ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
+    PATTERN (STRT DOWN+ UP+)
+    DEFINE DOWN AS price < PREV(price), UP AS price > PREV(price)
+"""
+SCHEMA = pa.schema([("symbol", pa.int64()), ("ts", pa.int64()), ("price", pa.float64()),
+                    ("volume", pa.int64())])
+ROW_BYTES = 32
+
+
+def generate(backend, rows: int, partitions: int, seed: int) -> tuple:
+    """Device columns of pre-sorted ticks and their partition offsets:
+    equal partitions, a random walk of prices in cents (ties happen)."""
+    xp = backend.xp
+    rng = xp.random.default_rng(seed) if hasattr(xp.random, "default_rng") else None
+    steps = (rng.standard_normal(rows) if rng is not None
+             else xp.random.standard_normal(rows))
+    price = xp.round(100.0 + xp.cumsum(steps * 0.05), 2)
+    offsets = (xp.arange(partitions + 1, dtype=np.int64) * rows) // partitions
+    symbol = xp.searchsorted(offsets[1:], xp.arange(rows, dtype=np.int64), side="right")
+    ts = xp.arange(rows, dtype=np.int64) * 1000
+    volume = (xp.arange(rows, dtype=np.int64) * 7919) % 1000
+    return {"symbol": symbol, "ts": ts, "price": price, "volume": volume}, offsets
+
+
+def timed(backend, fn, repeat: int):
+    """(median seconds of ``repeat`` runs after one warm-up, last result)."""
+    result = fn()
+    backend.synchronize()
+    times = []
+    for _ in range(repeat):
+        backend.synchronize()
+        t0 = time.perf_counter()
+        result = fn()
+        backend.synchronize()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times)), result
+
+
+def copy_bandwidth(backend, repeat: int) -> float:
+    """Bytes/s of a large device-to-device copy (read + write counted)."""
+    xp = backend.xp
+    n = (1 << 28) if not backend.simulated else (1 << 20)       # 2 GiB of float64
+    src = xp.ones(n, dtype=np.float64)
+    dst = xp.empty_like(src)
+    seconds, _ = timed(backend, lambda: xp.copyto(dst, src), max(repeat, 5))
+    return 2 * src.nbytes / seconds
+
+
+def host_table(backend, columns: dict) -> pa.Table:
+    return pa.table({name: backend.to_host(columns[name]) for name in SCHEMA.names},
+                    schema=SCHEMA)
+
+
+def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -> dict:
+    xp = backend.xp
+    columns, offsets = generate(backend, rows, partitions, seed=rows + partitions)
+    query = analyze(parse_clause(V_SHAPE), SCHEMA)
+    engine = G.GpuEngine()
+    _, _, device_set, dfa = engine._plan_for(query, SCHEMA)
+    if isinstance(device_set, str):
+        raise SystemExit(f"the V-shape DEFINEs do not run on the device: {device_set}")
+    needed = {name: (columns[name], None) for name in device_set.columns}
+    stages = {}
+
+    def stage(name: str, fn, bytes_moved: float):
+        seconds, result = timed(backend, fn, args.repeat)
+        stages[name] = {"seconds": seconds, "bytes": bytes_moved,
+                        "rows_per_s": rows / seconds,
+                        "bandwidth_fraction": bytes_moved / seconds / bandwidth}
+        return result
+
+    bits, failed = stage("masks", lambda: device_set.evaluate(xp, needed, offsets, rows),
+                         rows * (8 * len(device_set.columns) + 1))
+    assert not failed, "a device mask failed on generated data"
+    classes, tables, n_states, n_classes = stage(
+        "classes", lambda: G.classes_and_tables(backend, query, dfa, bits), rows * 1)
+    found = stage("scan", lambda: G.scan(backend, query, classes, offsets, tables,
+                                         args.chunk_rows or None), rows * (1 + 2))
+    n_matches = found.starts.shape[0]
+    matched_rows = backend.scalar(xp.sum(found.ends - found.starts))
+    found = stage("recovery", lambda: G.recover(backend, classes, offsets, G.DeviceMatches(
+        found.starts, found.ends, found.partitions, found.numbers), tables),
+        matched_rows * (1 + 4 + 2 + 1) * 2 + n_matches * 8 * 3)
+    matches = stage("to_host", lambda: found.to_host(backend),
+                    n_matches * 8 * 5 + matched_rows * 3)
+    device_seconds = sum(stages[s]["seconds"] for s in ("masks", "classes", "scan", "recovery"))
+    record = {"rows": rows, "partitions": partitions, "matches": int(n_matches),
+              "dfa_states": n_states, "classes": n_classes,
+              "chunk_rows": args.chunk_rows or DEVICE_CHUNK_ROWS,
+              "stages": stages, "device_seconds": device_seconds,
+              "device_rows_per_s": rows / device_seconds,
+              "with_transfer_rows_per_s": rows / (device_seconds
+                                                  + stages["to_host"]["seconds"])}
+    if rows <= args.cpu_rows:
+        table = host_table(backend, columns)
+        data = SortedInput(table, backend.to_host(offsets), None, True)
+        out = stage("measures_host", lambda: assemble(query, data, matches), 0)
+        record["end_to_end_rows_per_s"] = rows / (
+            device_seconds + stages["to_host"]["seconds"] + stages["measures_host"]["seconds"])
+        cpu = CpuEngine()
+        cpu_seconds, cpu_matches = timed(backend, lambda: cpu.find_matches(query, data),
+                                         args.repeat)
+        record["cpu_engine_seconds"] = cpu_seconds
+        record["gpu_vs_cpu_engine"] = cpu_seconds / device_seconds
+        if rows <= args.check_rows:
+            same = all(np.array_equal(getattr(matches, f), getattr(cpu_matches, f))
+                       for f in ("partition", "number", "start", "end", "label_offsets",
+                                 "labels", "excluded"))
+            cpu_out = assemble(query, data, cpu_matches)
+            record["identical_to_cpu_engine"] = bool(same and out.equals(cpu_out))
+        small = table.slice(0, min(rows, 200_000))
+        record["public_api_identical"] = gpu_mr.match_recognize(
+            small, V_SHAPE, engine="gpu").equals(gpu_mr.match_recognize(small, V_SHAPE,
+                                                                         engine="cpu"))
+    log(summary_line(record))
+    return record
+
+
+def summary_line(r: dict) -> str:
+    s = r["stages"]
+    parts = [f"{r['rows']:>12,} rows {r['partitions']:>7,} parts {r['matches']:>11,} matches",
+             f"device {r['device_rows_per_s']:.3g} rows/s"]
+    for name in ("masks", "classes", "scan", "recovery", "to_host", "measures_host"):
+        if name in s:
+            frac = s[name]["bandwidth_fraction"]
+            parts.append(f"{name} {s[name]['seconds'] * 1e3:.2f} ms"
+                         + (f" ({frac:.0%} bw)" if s[name]["bytes"] else ""))
+    if "gpu_vs_cpu_engine" in r:
+        parts.append(f"x cpu engine {r['gpu_vs_cpu_engine']:.1f}")
+    if "identical_to_cpu_engine" in r:
+        parts.append("identical " + ("yes" if r["identical_to_cpu_engine"] else "NO"))
+    if "public_api_identical" in r:
+        parts.append("api " + ("yes" if r["public_api_identical"] else "NO"))
+    return " | ".join(parts)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", default="1e7,1e8,1e9", help="comma-separated row counts")
+    p.add_argument("--partitions", default="1,100,10000,100000",
+                   help="comma-separated partition counts")
+    p.add_argument("--quick", action="store_true", help="1e7 and 1e8 rows, 1 and 10000 parts")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per stage (median)")
+    p.add_argument("--chunk-rows", type=int, default=0, help="rows per scan chunk (0: default)")
+    p.add_argument("--cpu-rows", type=float, default=1e8,
+                   help="time the CPU engine and the host measures up to this many rows")
+    p.add_argument("--check-rows", type=float, default=1e8,
+                   help="compare every match with the CPU engine's up to this many rows")
+    p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rows, args.partitions = "1e7,1e8", "1,10000"
+    found = B.detect()
+    if isinstance(found, str):
+        print(f"gpu_bench: no device: {found}", file=sys.stderr)
+        return 2
+    rows_list = [int(float(x)) for x in args.rows.split(",")]
+    parts_list = [int(float(x)) for x in args.partitions.split(",")]
+    lines = []
+
+    def log(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    bandwidth = copy_bandwidth(found, args.repeat)
+    log(f"device: {found.device}; measured copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+    records = []
+    for rows in rows_list:
+        for partitions in parts_list:
+            if partitions > rows:
+                continue
+            try:
+                records.append(run_case(found, rows, partitions, args, bandwidth, log))
+            except Exception as exc:        # keep the other cases' numbers
+                log(f"{rows:,} rows {partitions:,} partitions: FAILED {type(exc).__name__}: "
+                    f"{exc}")
+                records.append({"rows": rows, "partitions": partitions,
+                                "error": f"{type(exc).__name__}: {exc}"})
+            finally:
+                if not found.simulated:
+                    found.xp.get_default_memory_pool().free_all_blocks()
+    for rows in rows_list:       # one huge partition against many small ones
+        by_parts = {r["partitions"]: r for r in records if r.get("rows") == rows
+                    and "device_seconds" in r}
+        if 1 in by_parts and len(by_parts) > 1:
+            most = max(by_parts)
+            ratio = by_parts[1]["device_seconds"] / by_parts[most]["device_seconds"]
+            log(f"{rows:,} rows: one partition takes {ratio:.2f}x the time of {most:,}")
+    stamp = _dt.date.today().isoformat()
+    slug = "".join(c if c.isalnum() else "-" for c in found.device.lower()).strip("-")
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = {"date": stamp, "device": found.device, "simulated": found.simulated,
+              "copy_bandwidth_bytes_per_s": bandwidth, "query": V_SHAPE.strip(),
+              "row_bytes": ROW_BYTES, "python": platform.python_version(),
+              "cases": records, "log": lines}
+    path = out_dir / f"gpu-{stamp}-{slug}.json"
+    path.write_text(json.dumps(result, indent=1))
+    (out_dir / f"gpu-{stamp}-{slug}.txt").write_text("\n".join(lines) + "\n")
+    print(f"wrote {path.name}")
+    return 0 if all("error" not in r for r in records) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
