@@ -96,13 +96,9 @@ class GpuEngine:
     def _plan_for(self, query: CheckedQuery, schema):
         plan = self._plan                   # one read: another thread may replace it
         if plan is None or plan[0] is not query:
-            try:
-                from ..predicates import device_masks as DM
-            except ImportError:     # TODO(lead): remove once device_masks lands
-                device_set = "the device mask compiler is not built yet"
-            else:
-                reason = DM.device_masks_reason(query, schema)
-                device_set = DM.compile_device_masks(query, schema) if reason is None else reason
+            from ..predicates import device_masks as DM
+            reason = DM.device_masks_reason(query, schema)
+            device_set = DM.compile_device_masks(query, schema) if reason is None else reason
             plan = (query, M.compile_masks(query), device_set,
                     Dfa(compile_nfa(query.pattern, query.primary_vars)))
             self._plan = plan
