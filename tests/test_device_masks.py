@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import types
 
 import numpy as np
 import pyarrow as pa
@@ -258,9 +259,68 @@ def test_generated_source_is_readable_and_cached():
     again = compile_device_masks(q, TABLE.schema)
     assert again.program(masks.columns) is masks.program(masks.columns)     # module cache
     # a DOUBLE product feeding a sum would be contracted into an FMA by NVRTC: not fused
-    assert not masks.program(()).fusable is False
-    q2, _ = query("A AS f * 2 + 1 > 0", TABLE)
+    assert masks.program(()).fusable
+    q2, _ = query("A AS f * 2 + 1 > 0, B AS f > 0", TABLE, pattern="A B")
     assert compile_device_masks(q2, TABLE.schema).program(()).fusable is False
+    q3, _ = query("A AS f * 2 > 0, B AS f + 1 > 0", TABLE, pattern="A B")
+    assert compile_device_masks(q3, TABLE.schema).program(()).fusable      # never meet
+    # the cache tells literals apart that compare equal: 1 / -0.0 is not 1 / 0.0
+    qb, _ = query("A AS 1 / -0.0 > 0", TABLE)
+    qc, _ = query("A AS 1 / 0.0 > 0", TABLE)
+    assert "-0.0" in compile_device_masks(qb, TABLE.schema).source()
+    assert "-0.0" not in compile_device_masks(qc, TABLE.schema).source()
+    assert check("1 / -0.0 < 0", TABLE)[0].tolist() == check("TRUE", TABLE)[0].tolist()
+
+
+def _fake_cupy(fuse):
+    """numpy under another name, with a ``fuse`` decorator: the cupy wrapper
+    logic without cupy."""
+    fake = types.ModuleType("fake_cupy")
+    fake.__dict__.update({k: v for k, v in np.__dict__.items() if not k.startswith("__")})
+    fake.fuse = fuse
+    return fake
+
+
+def test_cupy_path_fuses_and_falls_back_when_fuse_cannot_trace():
+    calls = []
+
+    def fuse_ok(kernel_name=None):
+        def wrap(fn):
+            def fused(*args):
+                calls.append("fused")
+                with np.errstate(all="ignore"):
+                    return fn(*args)
+            return fused
+        return wrap
+
+    def fuse_broken(kernel_name=None):
+        def wrap(fn):
+            def fused(*args):
+                calls.append("broken")
+                raise TypeError("cannot trace")
+            return fused
+        return wrap
+
+    q, data = query("A AS i > PREV(f) AND j / 2 = 0, C AS NOT b", TABLE, pattern="A B C")
+    want = device_bits(q, data)
+    masks = compile_device_masks(q, TABLE.schema)
+    for fuse, seen in ((fuse_ok, ["fused", "fused"]), (fuse_broken, ["broken"])):
+        calls.clear()
+        xp = _fake_cupy(fuse)
+        for _ in range(2):
+            with np.errstate(all="ignore"):
+                got = masks.evaluate(xp, masks.load(data.table, xp), data.partition_offsets,
+                                     data.table.num_rows)
+            assert got[1] == want[1] and np.array_equal(got[0], want[0])
+        assert calls == seen
+    # a DOUBLE product feeding a sum runs unfused
+    calls.clear()
+    q, data = query("A AS f * 2 + 1 > 0", TABLE)
+    masks = compile_device_masks(q, TABLE.schema)
+    xp = _fake_cupy(fuse_ok)
+    with np.errstate(all="ignore"):
+        masks.evaluate(xp, masks.load(data.table, xp), data.partition_offsets, data.table.num_rows)
+    assert calls == []
 
 
 def test_load_moves_only_the_columns_read_in_their_own_width():
@@ -441,4 +501,5 @@ def test_conformance_queries_agree_with_cpu_masks(monkeypatch):
             continue
         agree(q, data, f"\n{q.clause}")
         compared += 1
+    print(f"conformance: {compared} queries compared, {declined} declined")
     assert compared >= 100, (compared, declined)

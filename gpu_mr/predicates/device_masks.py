@@ -700,7 +700,7 @@ def _generate(query: CheckedQuery, forms: dict, nullable: frozenset) -> _Program
     functions, calls, fails = [], [], []
     always = 0
     params: dict = {}
-    mul = add = False
+    fma = False
     for i, var in enumerate(query.primary_vars):
         expr = query.defines.get(var)
         if expr is None:
@@ -718,8 +718,8 @@ def _generate(query: CheckedQuery, forms: dict, nullable: frozenset) -> _Program
                 raise _Decline(f"a condition of type {v.kind}")
         except _Decline as d:
             raise _Decline(f"DEFINE {A.quote_ident(var)}: {d}") from None
-        mul |= gen.double_mul
-        add |= gen.double_add
+        # DEFINEs only meet in the bits: the FMA hazard is per DEFINE
+        fma |= gen.double_mul and gen.double_add
         holds = "FALSE" if v.kind == "UNKNOWN" else gen.mask(v.ok, v.v)
         ret = holds if v.err is None else f"{holds}, {v.err}"
         args = ", ".join(fn.params)
@@ -744,7 +744,7 @@ def _generate(query: CheckedQuery, forms: dict, nullable: frozenset) -> _Program
     classes = (f"def classes({', '.join(params)}):\n    bits = {ubits}({always})\n"
                + "\n".join(calls) + f"\n    return {ret}\n")
     source = head + "\n\n" + "\n\n".join(functions + [classes])
-    return _Program(source, tuple(params.items()), bool(fails), not (mul and add))
+    return _Program(source, tuple(params.items()), bool(fails), not fma)
 
 
 def _doc(text: str) -> str:
@@ -763,7 +763,11 @@ class _QueryRef:
 
     def __init__(self, query: CheckedQuery):
         self.query = query
-        self.key = (query.primary_vars, tuple(sorted(query.defines.items())))
+        # the AST (positions aside) and every literal's repr: -0.0 == 0.0 but
+        # 1 / -0.0 is not 1 / 0.0
+        self.key = (query.primary_vars, tuple(sorted(query.defines.items())),
+                    tuple(repr(n.value) for e in query.defines.values() for n in e.walk()
+                          if isinstance(n, A.Literal)))
 
     def __hash__(self):
         return hash(self.key)
