@@ -420,11 +420,19 @@ def numeric(depth: int, shifted: bool = False):
     return st.one_of(*leaves, *nodes)
 
 
+TEMPORAL = st.sampled_from(
+    ["dt", "ts", "tss", "PREV(dt)", "NEXT(tss, 2)", "PREV(ts, 3)", "DATE '2000-01-01'",
+     "TIMESTAMP '2000-01-01 00:00:00'", "TIMESTAMP '1969-12-31 23:59:59.999999'",
+     "CASE WHEN b THEN dt ELSE ts END", "CASE WHEN b THEN tss END", "NULL"])
+COMPARE = st.sampled_from(["=", "<>", "<", "<=", ">", ">="])
+
+
 def boolean(depth: int, shifted: bool = False):
     num = numeric(max(depth - 1, 0), shifted)
     leaves = [st.just("b"), st.sampled_from(["TRUE", "FALSE", "NULL"]),
-              st.builds(lambda a, op, b: f"({a} {op} {b})", num,
-                        st.sampled_from(["=", "<>", "<", "<=", ">", ">="]), num)]
+              st.builds(lambda a, op, b: f"({a} {op} {b})", num, COMPARE, num)]
+    if not shifted:
+        leaves.append(st.builds(lambda a, op, b: f"({a} {op} {b})", TEMPORAL, COMPARE, TEMPORAL))
     if depth <= 0:
         return st.one_of(*leaves)
     sub = boolean(depth - 1, shifted)
@@ -436,7 +444,9 @@ def boolean(depth: int, shifted: bool = False):
         st.builds(lambda a, neg, lo, hi: f"({a} {neg}BETWEEN {lo} AND {hi})", num,
                   st.sampled_from(["", "NOT "]), num, num),
         st.builds(lambda a, neg, items: f"({a} {neg}IN ({', '.join(items)}))", num,
-                  st.sampled_from(["", "NOT "]), st.lists(num, min_size=1, max_size=3)))
+                  st.sampled_from(["", "NOT "]), st.lists(num, min_size=1, max_size=3)),
+        st.builds(lambda a, w, x, y: f"(CASE {a} WHEN {w} THEN {x} ELSE {y} END)", num, num,
+                  sub, sub))
 
 
 @st.composite
@@ -454,7 +464,12 @@ def tables(draw):
                      "k": col(st.integers(-128, 127), pa.int8()),
                      "f": col(FLOAT_VALUES, pa.float64()),
                      "g": col(st.floats(-100, 100, width=32), pa.float32()),
-                     "b": col(st.booleans(), pa.bool_())})
+                     "b": col(st.booleans(), pa.bool_()),
+                     "dt": col(st.integers(-719162, 2932896), pa.date32()),
+                     "ts": col(st.integers(-2**62, 2**62) | st.integers(-10**7, 10**7),
+                               pa.timestamp("us")),
+                     "tss": col(st.integers(-10**10, 10**10) | st.integers(-100, 100),
+                                pa.timestamp("s"))})
 
 
 @settings(max_examples=1500 if FULL else 100, deadline=None,

@@ -68,6 +68,7 @@ use on the host.
 
 from __future__ import annotations
 
+import datetime as _dt
 import functools
 import math
 from dataclasses import dataclass, field
@@ -269,6 +270,8 @@ class _Gen:
             return _Val(kind, _f64(float(value)), const=float(value))
         if kind in ("BIGINT", "DATE", "TIMESTAMP"):
             if kind == "DATE":
+                if isinstance(value, _dt.datetime):
+                    value = value.date()
                 value = (value - T.EPOCH_DATE).days
             v = int(value)
             if not INT64_MIN <= v <= INT64_MAX:
