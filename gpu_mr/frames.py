@@ -9,13 +9,16 @@ Why here: one module knows about data-frame libraries, NULL placement, NaN
 ordering and type quirks, so engines only ever see an Arrow table in matching
 order plus ``partition_offsets``.
 Cost: the sortedness check reads each key column once and stops at the first
-key that proves disorder. Numeric, boolean and temporal keys of large tables
-go through one compiled pass per key (numba, the ``cpu`` extra) that refines
-a byte per adjacent row pair ("still tied") and flags disorder at once; other
-keys, small tables and installs without numba use vectorised Arrow
-comparisons of adjacent rows. On sorted input the partition offsets come out
-of the same passes (the pairs still tied after the partition keys), no sort
-and no copy happen, and ``source_rows`` (an arange) is only built when read.
+key that proves disorder. Numeric, boolean, temporal, string, binary and
+dictionary keys of large tables go through one compiled pass per key
+(kernels/frames_kernels.py; numba, the ``cpu`` extra) over the chunks' own
+buffers (no combined copy), refining a byte per adjacent row pair ("still
+tied") and flagging disorder at once; other keys (decimals, string views),
+small tables and installs without numba use vectorised Arrow comparisons of
+adjacent rows. On sorted input the partition offsets come out of the same
+passes (the pairs still tied after the partition keys), no sort and no copy
+happen, and ``source_rows`` (an arange) is only built when read. About 3
+numpy passes for a string partition key and a timestamp order key.
 Otherwise one stable multi-key Arrow sort (O(n log n)), one ``take`` of every
 column and one more pass over the sorted partition keys. No Python loop runs
 per row anywhere.
@@ -243,8 +246,8 @@ class SortedInput:
         first read (sorted input need not pay for it).
     was_sorted : bool
         True when the input was already in order and no sort happened
-        (``table`` is then the input, its key columns in one chunk each, and
-        ``source_rows`` an arange).
+        (``table`` is then the input, as it was, and ``source_rows`` an
+        arange).
 
     Instances are immutable.
     """
@@ -285,25 +288,15 @@ class SortedInput:
         return len(self.partition_offsets) - 1
 
 
-def _key_array(table: pa.Table, name: str) -> pa.Array:
-    """One key column as a single, comparable Arrow array."""
+def _key_column(table: pa.Table, name: str) -> pa.ChunkedArray:
+    """One key column as the table holds it, its type checked."""
     if name not in table.column_names:
         raise DataError(
             f"column {name!r} not found in input table; available columns: "
             + ", ".join(map(repr, table.column_names)),
             column=name, code="unknown_column")
     col = table.column(name)
-    t = col.type
-    if pa.types.is_dictionary(t):
-        col = col.cast(t.value_type)
-        t = t.value_type
-    if pa.types.is_float16(t):
-        try:
-            col = col.cast(pa.float32())
-        except pa.ArrowException as exc:
-            raise DataError(f"cannot sort by float16 column {name!r}: {exc}",
-                            column=name, code="unsortable_key") from None
-        t = pa.float32()
+    t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
     if not (pa.types.is_integer(t) or pa.types.is_floating(t)
             or pa.types.is_boolean(t) or pa.types.is_string(t)
             or pa.types.is_large_string(t) or pa.types.is_binary(t)
@@ -314,10 +307,33 @@ def _key_array(table: pa.Table, name: str) -> pa.Array:
             f"cannot partition or order by column {name!r} of type {t}; keys must "
             "be numbers, booleans, strings, dates, times, timestamps or decimals",
             column=name, code="unsortable_key")
+    return col
+
+
+def _comparable(col, name: str) -> pa.Array:
+    """A key column as a single Arrow array Arrow can compare and sort:
+    dictionaries decoded, float16 widened, chunks combined."""
+    t = col.type
+    if pa.types.is_dictionary(t):
+        col = col.cast(t.value_type)
+        t = t.value_type
+    if pa.types.is_float16(t):
+        try:
+            col = col.cast(pa.float32())
+        except pa.ArrowException as exc:
+            raise DataError(f"cannot sort by float16 column {name!r}: {exc}",
+                            column=name, code="unsortable_key") from None
     if isinstance(col, pa.ChunkedArray):
         # combine_chunks copies even a single chunk
-        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+        if col.num_chunks == 1:
+            return col.chunk(0)
+        return col.combine_chunks() if col.num_chunks else pa.array([], col.type)
     return col
+
+
+def _key_array(table: pa.Table, name: str) -> pa.Array:
+    """One key column as a single, comparable Arrow array."""
+    return _comparable(_key_column(table, name), name)
 
 
 def _has_nan(arr: pa.Array) -> bool:
@@ -352,121 +368,21 @@ def _adjacent_order(arr: pa.Array, ascending: bool) -> tuple[np.ndarray, np.ndar
     return (lt, gt) if ascending else (gt, lt)
 
 
-# ---- compiled pass over one numeric key ----------------------------------
+# ---- compiled passes over the key columns' buffers -------------------------
 
 # Below this many rows the Arrow comparisons are as quick as a kernel call,
 # and small queries never wait for a compile.
 FAST_MIN_ROWS = 4096
-
-
-def refine_key(values, undecided, first, descending):
-    """One key's pass over adjacent row pairs ``(i, i + 1)`` of a key without
-    NULLs. ``undecided[i]`` says the pair ties on every earlier key (with
-    ``first`` there is no earlier key: every pair ties and ``undecided`` is
-    not read). Refines ``undecided`` in place to the pairs that still tie and
-    returns False when a tied pair is out of order under this key. NaN is
-    above every number and equal to NaN; ``-0.0`` equals ``0.0``. Branch-free
-    (bitwise on 0/1 bytes) so that it vectorises."""
-    m = values.shape[0] - 1
-    u = undecided.view(np.uint8)
-    bad = np.uint8(0)
-    if first:           # a loop of its own: fresh ``undecided`` pages unread
-        for i in range(m):
-            a = values[i]
-            b = values[i + 1]
-            x = b if descending else a      # pair out of order: x above y
-            y = a if descending else b
-            x_nan = np.uint8(x != x)
-            y_nan = np.uint8(y != y)
-            bad |= np.uint8(x > y) | (x_nan & (y_nan ^ 1))
-            u[i] = np.uint8(x == y) | (x_nan & y_nan)
-        return bad == 0
-    for i in range(m):
-        a = values[i]
-        b = values[i + 1]
-        x = b if descending else a
-        y = a if descending else b
-        x_nan = np.uint8(x != x)
-        y_nan = np.uint8(y != y)
-        after = np.uint8(x > y) | (x_nan & (y_nan ^ 1))
-        eq = np.uint8(x == y) | (x_nan & y_nan)
-        t = u[i]
-        bad |= t & after
-        u[i] = t & eq
-    return bad == 0
-
-
-def refine_key_nulls(values, valid, undecided, first, descending, nulls_first):
-    """:func:`refine_key` for a key with NULLs: ``valid`` holds 0/1 bytes
-    (0: NULL, whatever ``values`` holds there); NULL equals NULL and goes
-    first or last per ``nulls_first`` whatever the direction. With ``first``
-    the bytes ``undecided`` holds are read but make no difference."""
-    m = values.shape[0] - 1
-    u = undecided.view(np.uint8)
-    f = np.uint8(first)
-    nf = np.uint8(nulls_first)
-    bad = np.uint8(0)
-    for i in range(m):
-        a = values[i]
-        b = values[i + 1]
-        va = valid[i]
-        vb = valid[i + 1]
-        x = b if descending else a
-        y = a if descending else b
-        x_nan = np.uint8(x != x)
-        y_nan = np.uint8(y != y)
-        after = np.uint8(x > y) | (x_nan & (y_nan ^ 1))
-        eq = np.uint8(x == y) | (x_nan & y_nan)
-        both = va & vb
-        after = ((both & after) | ((va ^ 1) & vb & (nf ^ 1))
-                 | (va & (vb ^ 1) & nf))
-        eq = (both & eq) | ((va | vb) ^ 1)
-        t = u[i] | f
-        bad |= t & after
-        u[i] = t & eq
-    return bad == 0
-
-
-def tie_breaks(ties, words, count, n):
-    """Offsets ``[0, i + 1 for every pair i no longer tied, n]``: ``ties``
-    holds 0/1 bytes, ``words`` its leading bytes as uint64 (eight ties at a
-    time: whole runs of ties are skipped a word at a time), ``count`` the
-    number of zero bytes."""
-    out = np.empty(count + 2, np.int64)
-    out[0] = 0
-    j = 1
-    all_tied = np.uint64(0x0101010101010101)
-    for k in range(words.shape[0]):
-        if words[k] != all_tied:
-            for i in range(8 * k, 8 * k + 8):
-                if ties[i] == 0:
-                    out[j] = i + 1
-                    j += 1
-    for i in range(8 * words.shape[0], ties.shape[0]):
-        if ties[i] == 0:
-            out[j] = i + 1
-            j += 1
-    out[j] = n
-    return out
-
-
-_compiled = None
+# A key in more chunks than this, averaging fewer rows than CHUNK_MIN_ROWS,
+# is combined first: per chunk the passes cost a few kernel calls.
+MANY_CHUNKS = 16
+CHUNK_MIN_ROWS = 1 << 16
 
 
 def _kernels():
-    """numba.njit versions of (refine_key, refine_key_nulls, tie_breaks),
-    compiled on first use and cached on disk; None without numba (the ``cpu``
-    extra)."""
-    global _compiled
-    if _compiled is None:
-        try:
-            import numba
-        except ImportError:
-            _compiled = False
-            return None
-        jit = numba.njit(nogil=True, cache=True)
-        _compiled = (jit(refine_key), jit(refine_key_nulls), jit(tie_breaks))
-    return _compiled or None
+    """The compiled passes (kernels/frames_kernels.py), None without numba."""
+    from .kernels.frames_kernels import compiled
+    return compiled()
 
 
 _INT_DTYPES = {(8, True): np.int8, (16, True): np.int16, (32, True): np.int32,
@@ -491,7 +407,7 @@ def _numpy_values(arr: pa.Array) -> Optional[np.ndarray]:
     n = len(arr)
     if pa.types.is_boolean(t):
         return _unpack_bits(arr.buffers()[1], arr.offset, n)
-    if pa.types.is_floating(t):
+    if pa.types.is_floating(t) and t.bit_width in (32, 64):
         dtype = np.float32 if t.bit_width == 32 else np.float64
     elif pa.types.is_integer(t):
         dtype = _INT_DTYPES[(t.bit_width, pa.types.is_signed_integer(t))]
@@ -504,47 +420,139 @@ def _numpy_values(arr: pa.Array) -> Optional[np.ndarray]:
                          count=arr.offset + n)[arr.offset:]
 
 
-def _refine_fast(kernels, arr: pa.Array, ascending: bool, nulls_first: bool,
-                 undecided: Optional[np.ndarray]
-                 ) -> Optional[tuple[bool, np.ndarray]]:
-    """The kernel's pass for one key: (in order, pairs still tied), or None
-    when the key has no numpy form."""
-    values = _numpy_values(arr)
-    if values is None:
-        return _refine_strings(arr, ascending, undecided)
+def _valid_bytes(arr: pa.Array) -> Optional[np.ndarray]:
+    if not arr.null_count:
+        return None
+    return _unpack_bits(arr.buffers()[0], arr.offset, len(arr))
+
+
+_STRING_OFFSETS = {pa.string(): np.int32, pa.binary(): np.int32,
+                   pa.large_string(): np.int64, pa.large_binary(): np.int64}
+
+
+class _Piece:
+    """One chunk of a key in the kernels' form: ``values`` (numbers) or
+    ``offsets`` and ``data`` (strings and binaries, offsets sliced to the
+    chunk's rows and indexing ``data``), and ``valid`` (0/1 bytes, None
+    without NULLs)."""
+
+    __slots__ = ("values", "offsets", "data", "valid")
+
+    def __init__(self, values=None, offsets=None, data=None, valid=None):
+        self.values, self.offsets, self.data, self.valid = values, offsets, data, valid
+
+    def __len__(self) -> int:
+        return (len(self.values) if self.values is not None else len(self.offsets) - 1)
+
+    def seam(self, nxt: "_Piece") -> "_Piece":
+        """The two rows across the border between this piece and ``nxt``."""
+        valid = None
+        if self.valid is not None or nxt.valid is not None:
+            valid = np.array([1 if self.valid is None else self.valid[-1],
+                              1 if nxt.valid is None else nxt.valid[0]], dtype=np.uint8)
+        if self.values is not None:
+            return _Piece(np.array([self.values[-1], nxt.values[0]], self.values.dtype),
+                          valid=valid)
+        a = self.data[self.offsets[-2]:self.offsets[-1]]
+        b = nxt.data[nxt.offsets[0]:nxt.offsets[1]]
+        return _Piece(offsets=np.array([0, len(a), len(a) + len(b)], np.int64),
+                      data=np.concatenate((a, b)), valid=valid)
+
+
+def _string_piece(arr: pa.Array) -> _Piece:
+    n = len(arr)
+    _, offsets_buf, data_buf = arr.buffers()
+    offsets = np.frombuffer(offsets_buf, dtype=_STRING_OFFSETS[arr.type],
+                            count=arr.offset + n + 1)[arr.offset:]
+    data = (np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None
+            else np.zeros(0, np.uint8))
+    return _Piece(offsets=offsets, data=data, valid=_valid_bytes(arr))
+
+
+def _dictionary_pieces(chunks: list) -> Optional[list]:
+    """Dictionary chunks as numbers: each index replaced by the dense rank of
+    its value among the values of every chunk's dictionary (so equal values
+    get equal numbers whatever their chunk). None where a dictionary holds
+    NULLs or floats (NaN and -0.0 would need the rules of the value pass)."""
+    value_type = chunks[0].type.value_type
+    if not (pa.types.is_integer(value_type) or value_type in _STRING_OFFSETS):
+        return None
+    dictionaries = [c.dictionary for c in chunks]
+    if any(d.null_count for d in dictionaries):
+        return None
+    ranks = pc.rank(pa.concat_arrays(dictionaries), sort_keys="ascending",
+                    tiebreaker="dense").to_numpy()
+    pieces, base = [], 0
+    for c, d in zip(chunks, dictionaries):
+        idx = _numpy_values(c.indices)
+        valid = _valid_bytes(c.indices)
+        if valid is not None:            # an index under a NULL may be anything
+            idx = np.where(valid != 0, idx, 0)
+        pieces.append(_Piece(ranks[base + idx.astype(np.int64)], valid=valid))
+        base += len(d)
+    return pieces
+
+
+def _pieces(col) -> Optional[list]:
+    """The key's non-empty chunks in the kernels' form, or None when a chunk
+    has no such form (the Arrow pass takes the key)."""
+    chunks = [c for c in (col.chunks if isinstance(col, pa.ChunkedArray) else [col])
+              if len(c)]
+    if len(chunks) > MANY_CHUNKS and len(col) < CHUNK_MIN_ROWS * len(chunks):
+        chunks = [_comparable(col, "")]
+    if chunks and pa.types.is_dictionary(chunks[0].type):
+        return _dictionary_pieces(chunks)
+    pieces = []
+    for c in chunks:
+        if c.type in _STRING_OFFSETS:
+            pieces.append(_string_piece(c))
+            continue
+        values = _numpy_values(c)
+        if values is None:
+            return None
+        pieces.append(_Piece(values, valid=_valid_bytes(c)))
+    return pieces
+
+
+_NO_VALID = np.ones(1, np.uint8)
+
+
+def _refine_piece(kernels, piece: _Piece, ascending: bool, nulls_first: bool,
+                  undecided: np.ndarray, first: bool) -> bool:
+    """One kernel pass over the pairs of ``piece`` (``undecided`` holds one
+    byte per pair)."""
+    if piece.values is None:
+        has_valid = piece.valid is not None
+        return kernels[2](piece.offsets, piece.data, piece.valid if has_valid else _NO_VALID,
+                          has_valid, undecided, first, not ascending, nulls_first)
+    if piece.valid is None:
+        return kernels[0](piece.values, undecided, first, not ascending)
+    return kernels[1](piece.values, piece.valid, undecided, first, not ascending, nulls_first)
+
+
+def _refine_fast(kernels, col, ascending: bool, nulls_first: bool,
+                 undecided: Optional[np.ndarray], n: int
+                 ) -> Optional[tuple[bool, Optional[np.ndarray]]]:
+    """The kernels' pass for one key, chunk by chunk (the pair across each
+    chunk border on its own): (in order, pairs still tied), or None when the
+    key has no kernel form."""
+    pieces = _pieces(col)
+    if pieces is None:
+        return None
     first = undecided is None
     if first:
-        undecided = np.empty(len(arr) - 1, dtype=np.bool_)
-    if arr.null_count:
-        valid = _unpack_bits(arr.buffers()[0], arr.offset, len(arr))
-        ok = kernels[1](values, valid, undecided, first, not ascending,
-                        nulls_first)
-    else:
-        ok = kernels[0](values, undecided, first, not ascending)
-    return bool(ok), undecided
-
-
-def _refine_strings(arr: pa.Array, ascending: bool, undecided: Optional[np.ndarray]
-                    ) -> Optional[tuple[bool, np.ndarray]]:
-    """A string or binary key without NULLs: one Arrow equality pass over
-    adjacent rows (faster than a bytewise kernel), then the order of the
-    pairs that differ and still tie on earlier keys, from those pairs alone
-    (few where the key is a partition key of sorted data). None for other
-    keys."""
-    t = arr.type
-    if arr.null_count or not (pa.types.is_string(t) or pa.types.is_binary(t)
-                              or pa.types.is_large_string(t) or pa.types.is_large_binary(t)):
-        return None
-    x, y = arr.slice(0, len(arr) - 1), arr.slice(1)
-    tied = pc.equal(x, y).to_numpy(zero_copy_only=False)
-    differ = ~tied if undecided is None else undecided & ~tied
-    idx = pa.array(np.flatnonzero(differ))
-    if len(idx):
-        a, b = x.take(idx), y.take(idx)
-        after = pc.greater(a, b) if ascending else pc.less(a, b)
-        if pc.any(after).as_py():
+        undecided = np.empty(n - 1, dtype=np.bool_)
+    pos, prev = 0, None
+    for piece in pieces:
+        k = len(piece)
+        if prev is not None and not _refine_piece(kernels, prev.seam(piece), ascending,
+                                                  nulls_first, undecided[pos - 1:pos], first):
             return False, None
-    return True, (tied if undecided is None else undecided & tied)
+        if not _refine_piece(kernels, piece, ascending, nulls_first,
+                             undecided[pos:pos + k - 1], first):
+            return False, None
+        pos, prev = pos + k, piece
+    return True, undecided
 
 
 def _refine_arrow(arr: pa.Array, ascending: bool, nulls_first: bool,
@@ -570,15 +578,16 @@ def _offsets_from_ties(kernels, undecided: np.ndarray, n: int) -> np.ndarray:
                               ).astype(np.int64)
     ties = undecided.view(np.uint8)
     m = len(ties)
-    return kernels[2](ties, ties[:m - m % 8].view(np.uint64),
+    return kernels[3](ties, ties[:m - m % 8].view(np.uint64),
                       m - np.count_nonzero(ties), n)
 
 
-def _scan_keys(keys: list[tuple[pa.Array, bool, bool]], n_partition: int, n: int,
+def _scan_keys(keys: list, n_partition: int, n: int,
                fast: Optional[bool]) -> tuple[bool, Optional[np.ndarray]]:
-    """Lexicographic check of adjacent rows under ``keys`` ((array, ascending,
-    nulls_first), the first ``n_partition`` of them partition keys); ties are
-    in order (the sort is stable, so equal rows keep input order anyway).
+    """Lexicographic check of adjacent rows under ``keys`` ((column, ascending,
+    nulls_first, name), the first ``n_partition`` of them partition keys; a
+    column as the table holds it, chunked, maybe dictionary-encoded); ties
+    are in order (the sort is stable, so equal rows keep input order anyway).
 
     Returns (in order, partition offsets): the offsets are where any partition
     key changes between adjacent rows (NULL equals NULL and NaN equals NaN, as
@@ -590,13 +599,13 @@ def _scan_keys(keys: list[tuple[pa.Array, bool, bool]], n_partition: int, n: int
     kernels = _kernels() if fast else None
     undecided: Optional[np.ndarray] = None      # None: every pair tied so far
     offsets = np.array([0, n], dtype=np.int64)
-    for i, (arr, asc, nf) in enumerate(keys):
-        if arr.null_count == n:
+    for i, (col, asc, nf, name) in enumerate(keys):
+        if col.null_count == n:
             continue                            # constant key
-        step = (_refine_fast(kernels, arr, asc, nf, undecided)
+        step = (_refine_fast(kernels, col, asc, nf, undecided, n)
                 if kernels is not None else None)
         if step is None:
-            step = _refine_arrow(arr, asc, nf, undecided)
+            step = _refine_arrow(_comparable(col, name), asc, nf, undecided)
         ok, undecided = step
         if not ok:
             return False, None
@@ -640,7 +649,7 @@ def sort_for_matching(table: pa.Table,
     SortedInput
         When the input is already in order (checked with one pass over each
         key, comparing adjacent rows), ``was_sorted`` is True, the table is
-        returned as it is (its key columns combined into one chunk each) and
+        returned as it is (its chunks as they were) and
         ``source_rows`` is ``arange(num_rows)``.
 
     Raises
@@ -668,29 +677,22 @@ def _sort_for_matching(table, partition_columns, order_keys,
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     n = table.num_rows
-    part_arrays = [_key_array(table, name) for name in partition_columns]
-    order_arrays = [(_key_array(table, name), bool(asc), bool(nf))
-                    for name, asc, nf in order_keys]
-    keys = [(arr, True, False) for arr in part_arrays] + order_arrays
+    part_cols = [(_key_column(table, name), True, False, name) for name in partition_columns]
+    order_cols = [(_key_column(table, name), bool(asc), bool(nf), name)
+                  for name, asc, nf in order_keys]
+    keys = part_cols + order_cols
 
     try:
-        in_order, offsets = _scan_keys(keys, len(part_arrays), n, fast)
+        in_order, offsets = _scan_keys(keys, len(part_cols), n, fast)
     except pa.ArrowNotImplementedError as exc:
         raise DataError(f"cannot compare key values: {exc}",
                         code="unsortable_key") from None
     if in_order:
-        # The key columns were combined into single arrays for the check:
-        # hand them on so later stages do not combine them again.
-        for name, arr in zip(list(partition_columns) + [k[0] for k in order_keys],
-                             part_arrays + [a for a, _, _ in order_arrays]):
-            i = table.schema.get_field_index(name)
-            if table.column(i).num_chunks != 1 and arr.type == table.schema.field(i).type:
-                table = table.set_column(i, table.schema.field(i), pa.chunked_array([arr]))
         return SortedInput(table, offsets, None, True)
 
     spec: list[tuple[pa.Array, bool]] = []
-    for arr, asc, nf in keys:
-        spec += _spec_for_key(arr, asc, nf)
+    for col, asc, nf, name in keys:
+        spec += _spec_for_key(_comparable(col, name), asc, nf)
     key_table = pa.table({f"k{i}": arr for i, (arr, _) in enumerate(spec)})
     sort_keys = [(f"k{i}", "ascending" if asc else "descending")
                  for i, (_, asc) in enumerate(spec)]
@@ -701,6 +703,7 @@ def _sort_for_matching(table, partition_columns, order_keys,
                         code="unsortable_key") from None
     source_rows = indices.to_numpy().astype(np.int64, copy=False)
     sorted_table = table.take(indices)
-    sorted_parts = [(arr.take(indices), True, False) for arr in part_arrays]
+    sorted_parts = [(sorted_table.column(name), True, False, name)
+                    for _, _, _, name in part_cols]
     _, offsets = _scan_keys(sorted_parts, len(sorted_parts), n, fast)
     return SortedInput(sorted_table, offsets, source_rows, False)

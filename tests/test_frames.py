@@ -364,7 +364,11 @@ _FAST_KEYS = {
     "bool": (pa.bool_(), st.booleans()),
     "ts": (pa.timestamp("ms", tz="UTC"), st.integers(-2, 2)),
     "date32": (pa.date32(), st.integers(-2, 2)),
-    "string": (pa.string(), st.sampled_from(["a", "b", "ä"])),   # stays on Arrow
+    "string": (pa.string(), st.sampled_from(["a", "b", "ä", "", "ab"])),
+    "large_string": (pa.large_string(), st.sampled_from(["", "a", "ä", "äb"])),
+    "binary": (pa.binary(), st.sampled_from([b"", b"\x00", b"\xff", b"\x00\x01"])),
+    "dict": (pa.dictionary(pa.int8(), pa.string()), st.sampled_from(["b", "a", "ä"])),
+    "dict_int": (pa.dictionary(pa.int32(), pa.int64()), st.integers(-2, 2)),
 }
 
 
@@ -549,10 +553,46 @@ def test_sort_keeps_pandas_derived_types():
     assert s.table.column("px").to_pylist() == [None, 1]
 
 
-def test_sorted_chunked_keys_come_back_combined():
+def test_sorted_chunked_input_comes_back_as_it_was():
+    # the check reads each chunk's buffers: nothing is combined or copied
     t = pa.concat_tables([pa.table({"p": ["a", "a"], "ts": [1, 2], "v": [1.0, 2.0]}),
                           pa.table({"p": ["a", "b"], "ts": [3, 1], "v": [3.0, 4.0]})])
-    s = sort_for_matching(t, ["p"], [("ts", True, False)])
-    assert s.was_sorted and s.table.equals(t)
-    assert s.table.column("p").num_chunks == 1 and s.table.column("ts").num_chunks == 1
-    assert s.table.column("v").num_chunks == 2          # columns not read stay as they were
+    for fast in (None, True, False):
+        s = frames._sort_for_matching(t, ["p"], [("ts", True, False)], fast)
+        assert s.was_sorted and s.table is t
+        assert s.partition_offsets.tolist() == [0, 3, 4]
+
+
+@pytest.mark.parametrize("n_chunks", [3, 40])
+@pytest.mark.parametrize("encoding", ["plain", "dictionary"])
+def test_chunked_string_keys_fast_and_arrow_agree(n_chunks, encoding):
+    """Chunks read one by one (3) or combined first (40 small ones); each
+    dictionary chunk with a dictionary of its own; disorder at a chunk seam."""
+    rng = np.random.default_rng(n_chunks)
+    n = 12_000
+    sym = np.sort(rng.choice(["", "a", "ab", "b", "ä", "ö"], n))
+    ts = np.arange(n)
+    cuts = np.linspace(0, n, n_chunks + 1).astype(int)
+    pieces = []
+    for a, b in zip(cuts[:-1], cuts[1:]):
+        col = pa.array(sym[a:b])
+        if encoding == "dictionary":
+            col = col.dictionary_encode()
+        pieces.append(pa.table({"s": col, "ts": ts[a:b]}))
+    t = pa.concat_tables(pieces)
+    assert t.column("s").num_chunks == n_chunks
+    expected = [0] + (np.flatnonzero(sym[1:] != sym[:-1]) + 1).tolist() + [n]
+    for fast in (True, False):
+        s = frames._sort_for_matching(t, ["s"], [("ts", True, False)], fast)
+        assert s.was_sorted and s.partition_offsets.tolist() == expected
+    # the first row of the second chunk moved below the last of the first
+    seam = int(cuts[1])
+    bad = t.take(np.r_[0:seam - 1, seam, seam - 1, seam + 1:n])
+    bad = pa.concat_tables([bad.slice(0, seam), bad.slice(seam)])
+    for keys in ([("ts", True, False)], [("ts", False, False)]):
+        a = frames._sort_for_matching(bad, ["s"], keys, True)
+        assert_same(a, frames._sort_for_matching(bad, ["s"], keys, False))
+    desc = frames._sort_for_matching(t, [], [("s", False, True), ("ts", True, False)], True)
+    assert not desc.was_sorted
+    assert_same(desc, frames._sort_for_matching(t, [], [("s", False, True), ("ts", True, False)],
+                                                False))
