@@ -60,6 +60,26 @@ class Backend:
         if not self.simulated:
             self.cuda.synchronize()
 
+    def free_memory(self):
+        """Bytes the device can still give (its free memory plus what the
+        array pool holds unused); None under the simulator."""
+        if self.simulated:
+            return None
+        free, _total = self.xp.cuda.runtime.memGetInfo()
+        pool = self.xp.get_default_memory_pool()
+        return int(free) + int(pool.total_bytes() - pool.used_bytes())
+
+    def release_memory(self) -> None:
+        if not self.simulated:
+            self.xp.get_default_memory_pool().free_all_blocks()
+
+    @staticmethod
+    def is_out_of_memory(exc: BaseException) -> bool:
+        """cupy's OutOfMemoryError, or a CUDA driver error saying so (a
+        numba.cuda launch or copy)."""
+        return (type(exc).__name__ == "OutOfMemoryError"
+                or "CUDA_ERROR_OUT_OF_MEMORY" in str(exc) or "out of memory" in str(exc))
+
 
 _detected: Union[Backend, str, None] = None
 

@@ -167,3 +167,49 @@ def test_kernel_bodies_compile_with_numba_and_agree(monkeypatch):
             got, want, _ = run_both(V.format(skip=skip), t, chunk_rows)
             assert got == want, (skip, chunk_rows)
     assert set(loops) == {"scan", "repair", "gather", "recover"}
+
+
+def test_data_beyond_device_memory_runs_in_partition_groups():
+    # A row budget smaller than the input: groups of whole partitions run
+    # one after another and their matches are renumbered to the whole input.
+    t = v_shape(900, 13, 4)
+    q = V.format(skip="PAST LAST ROW")
+    query = analyze(parse_clause(q), t.schema)
+    data = sort_for_matching(t, query.partition_columns, query.order_keys)
+    gpu = GpuEngine()
+    gpu.max_rows = 150
+    got = outcome(gpu, query, data)
+    assert got == outcome(ReferenceEngine(), query, data)
+    assert "groups of partitions" in gpu.last_run.reason
+
+
+def test_out_of_memory_halves_the_group_then_uses_the_cpu(monkeypatch):
+    t = v_shape(400, 4, 6)
+    q = V.format(skip="PAST LAST ROW")
+    query = analyze(parse_clause(q), t.schema)
+    data = sort_for_matching(t, query.partition_columns, query.order_keys)
+    gpu = GpuEngine()
+    real = gpu._prepare
+
+    class OutOfMemoryError(Exception):
+        pass
+
+    largest = int(np.diff(data.partition_offsets).max())
+
+    def prepare(backend, query, part):
+        # Two partitions never fit, nor does the largest alone.
+        if part.num_partitions > 1 or part.table.num_rows == largest:
+            raise OutOfMemoryError(f"out of memory allocating {part.table.num_rows * 48} bytes")
+        return real(backend, query, part)
+
+    monkeypatch.setattr(gpu, "_prepare", prepare)
+    assert outcome(gpu, query, data) == outcome(ReferenceEngine(), query, data)
+    assert "CPU engine ran it" in gpu.last_run.reason
+
+
+def test_partition_groups():
+    from gpu_mr.engines.gpu import partition_groups
+    offsets = np.array([0, 5, 6, 20, 21, 22])
+    assert partition_groups(offsets, 100) == [(0, 5)]
+    assert partition_groups(offsets, 6) == [(0, 2), (2, 3), (3, 5)]
+    assert partition_groups(offsets, 1) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]

@@ -45,7 +45,8 @@ from ..frames import SortedInput
 from ..pattern.dfa import Dfa, DfaTooLarge
 from ..pattern.nfa import compile_nfa
 from ..predicates import masks as M
-from .base import MatchArrays, skip_error
+from ..errors import MatchRuntimeError
+from .base import MatchArrays, as_match_arrays, skip_error
 from .cpu import _DIRECT_MAX_VARS, _SKIP_MODES, CpuEngine, RunInfo, choose_path, class_bits
 from .reference import ReferenceEngine
 
@@ -56,6 +57,7 @@ class GpuEngine:
     def __init__(self, cpu: Optional[CpuEngine] = None):
         self.last_run = RunInfo()
         self.chunk_rows: Optional[int] = None     # None: the device's default
+        self.max_rows: Optional[int] = None       # rows per device run; None: from free memory
         self._cpu = cpu or CpuEngine()
         self._plan = None       # (query, MaskSet, device mask set or reason, Dfa)
 
@@ -84,12 +86,54 @@ class GpuEngine:
             self.last_run = RunInfo("device", "no rows")
             return MatchArrays.empty()
         backend = B.detect()
-        prepared = self._prepare(backend, query, data)
-        if isinstance(prepared, str):
-            self.last_run = RunInfo("reference", prepared)
-            return ReferenceEngine().find_matches(query, data)
-        classes, offsets, tables, self.last_run = prepared
-        return self._scan(backend, query, classes, offsets, tables)
+        offsets = data.partition_offsets
+        budget = self.max_rows or device_row_budget(backend, data.table.num_rows)
+        groups = partition_groups(offsets, budget)
+        pieces, notes = [], []
+        for first, last in groups:
+            part = data if len(groups) == 1 else _partitions(data, first, last)
+            try:
+                found = self._run_group(backend, query, part, notes)
+            except MatchRuntimeError as exc:        # numbered within this group
+                if isinstance(exc.partition, (int, np.integer)):
+                    exc.partition = int(exc.partition) + first
+                if isinstance(exc.row, (int, np.integer)):
+                    exc.row = int(exc.row) + int(offsets[first])
+                raise
+            pieces.append((first, int(offsets[first]), as_match_arrays(found)))
+        if len(groups) > 1:
+            notes.append(f"{len(groups)} groups of partitions, each fitting device memory")
+        if notes:
+            self.last_run = RunInfo(self.last_run.path, "; ".join(
+                [self.last_run.reason] * bool(self.last_run.reason) + notes),
+                self.last_run.dfa_states, self.last_run.classes)
+        return pieces[0][2] if len(pieces) == 1 else concat_matches(pieces)
+
+    def _run_group(self, backend, query: CheckedQuery, data: SortedInput, notes: list):
+        """The matches of one group of partitions on the device; when the
+        device runs out of memory, halves of the group, and a single
+        partition too large for the device on the CPU engine."""
+        try:
+            prepared = self._prepare(backend, query, data)
+            if isinstance(prepared, str):
+                self.last_run = RunInfo("reference", prepared)
+                return ReferenceEngine().find_matches(query, data)
+            classes, offsets, tables, self.last_run = prepared
+            return self._scan(backend, query, classes, offsets, tables)
+        except Exception as exc:
+            if not backend.is_out_of_memory(exc):
+                raise
+            backend.release_memory()
+            n_parts = data.num_partitions
+            if n_parts == 1:
+                notes.append(f"a partition of {data.table.num_rows:,} rows did not fit "
+                             f"device memory ({exc}): the CPU engine ran it")
+                return self._cpu.find_row_local(query, data)
+        half = data.num_partitions // 2
+        lo, hi = _partitions(data, 0, half), _partitions(data, half, data.num_partitions)
+        first = as_match_arrays(self._run_group(backend, query, lo, notes))
+        second = as_match_arrays(self._run_group(backend, query, hi, notes))
+        return concat_matches([(0, 0, first), (half, lo.table.num_rows, second)])
 
     # -- stages -------------------------------------------------------------
 
@@ -135,6 +179,63 @@ class GpuEngine:
     def _scan(self, backend, query: CheckedQuery, classes, offsets, tables) -> MatchArrays:
         found = scan(backend, query, classes, offsets, tables, self.chunk_rows)
         return recover(backend, classes, offsets, found, tables).to_host(backend)
+
+
+# Device bytes per input row a run needs, beyond the DEFINE columns: masks
+# and class ids, the scan's slots (twice, for repairs), memo and scratch;
+# rounded up, since running out costs a retry.
+_BYTES_PER_ROW = 48
+# Of the device memory free at the start, the share a run plans to use.
+_MEMORY_SHARE = 0.7
+
+
+def device_row_budget(backend, rows: int) -> int:
+    """Rows one device run can take, from the device's free memory (no
+    limit under the simulator)."""
+    free = backend.free_memory()
+    if free is None:
+        return rows
+    return max(1, int(free * _MEMORY_SHARE) // (_BYTES_PER_ROW + 16))
+
+
+def partition_groups(offsets: np.ndarray, budget: int) -> list:
+    """``(first, last)`` partition ranges, consecutive, each of at most
+    ``budget`` rows unless one partition alone is larger."""
+    n_parts = len(offsets) - 1
+    if int(offsets[-1]) - int(offsets[0]) <= budget:
+        return [(0, n_parts)]
+    groups, first = [], 0
+    while first < n_parts:
+        # the last partition ending within budget rows of this group's start
+        last = int(np.searchsorted(offsets, offsets[first] + budget, side="right")) - 1
+        last = min(max(last, first + 1), n_parts)
+        groups.append((first, last))
+        first = last
+    return groups
+
+
+def _partitions(data: SortedInput, first: int, last: int) -> SortedInput:
+    """Partitions ``first .. last-1`` of ``data`` as an input of their own."""
+    offsets = data.partition_offsets
+    lo, hi = int(offsets[first]), int(offsets[last])
+    return SortedInput(data.table.slice(lo, hi - lo), offsets[first:last + 1] - lo, None, True)
+
+
+def concat_matches(pieces: list) -> MatchArrays:
+    """One ``MatchArrays`` from ``(first partition, first row, matches)``
+    pieces of consecutive partition groups, renumbered to the whole input."""
+    if not pieces:
+        return MatchArrays.empty()
+    label_base = np.cumsum([0] + [int(m.label_offsets[-1]) for _, _, m in pieces[:-1]])
+    return MatchArrays(
+        np.concatenate([m.partition + p for p, _, m in pieces]),
+        np.concatenate([m.number for _, _, m in pieces]),
+        np.concatenate([m.start + r for _, r, m in pieces]),
+        np.concatenate([m.end + r for _, r, m in pieces]),
+        np.concatenate([np.zeros(1, dtype=np.int64)]
+                       + [m.label_offsets[1:] + b for (_, _, m), b in zip(pieces, label_base)]),
+        np.concatenate([m.labels for _, _, m in pieces]),
+        np.concatenate([m.excluded for _, _, m in pieces]))
 
 
 @dataclass
