@@ -14,6 +14,7 @@ the conformance suite.
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
 import os
 import types
@@ -270,6 +271,40 @@ def test_generated_source_is_readable_and_cached():
     assert "-0.0" in compile_device_masks(qb, TABLE.schema).source()
     assert "-0.0" not in compile_device_masks(qc, TABLE.schema).source()
     assert check("1 / -0.0 < 0", TABLE)[0].tolist() == check("TRUE", TABLE)[0].tolist()
+
+
+# What cupy.fuse can trace, as the generated code spells it (see the module header)
+_FUSABLE_CALLS = {"xp.where", "xp.abs", "xp.floor", "xp.isnan", "xp.fmod", "astype", "I64",
+                  "F64", "U8", "U32", "_add", "_sub", "_mul", "_neg", "_mul_overflows",
+                  "_sign_int_float", "_sign_days_ns"}
+_FUSABLE_NODES = (ast.Module, ast.FunctionDef, ast.Pass, ast.arguments, ast.arg, ast.Expr, ast.Assign,
+                  ast.Return, ast.Name, ast.Load, ast.Store, ast.Constant, ast.Tuple,
+                  ast.Call, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BitAnd,
+                  ast.BitOr, ast.BitXor, ast.Invert, ast.USub, ast.Add, ast.Sub, ast.Mult,
+                  ast.Div, ast.FloorDiv, ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+
+
+def test_generated_code_stays_within_what_cupy_fuse_traces():
+    """Straight-line code of elementwise operations only: no Python branch,
+    boolean operator, subscript or call outside the allowed set."""
+    import gpu_mr.predicates.device_masks as D
+    for table in (TABLE, TABLE_FULL):
+        sources = []
+        for define in CASES:
+            q, _ = query(f"A AS {define}", table)
+            masks = compile_device_masks(q, table.schema)
+            sources += [masks.source(), masks.source(nullable=())]
+        for source in sources:
+            tree = ast.parse(source)
+            for node in ast.walk(tree):
+                assert isinstance(node, _FUSABLE_NODES), (type(node).__name__, source)
+                if isinstance(node, ast.Call):
+                    f = node.func
+                    name = f.attr if isinstance(f, ast.Attribute) and f.attr == "astype" else \
+                        ast.unparse(f)
+                    assert name in _FUSABLE_CALLS or name.startswith("define_"), (name, source)
+    for helper in ("_add", "_mul_overflows", "_sign_int_float", "_sign_days_ns"):
+        assert helper in D._namespace(np)
 
 
 def _fake_cupy(fuse):

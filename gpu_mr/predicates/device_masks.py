@@ -53,9 +53,12 @@ Integer arithmetic wraps through uint64 (well defined in C, numpy and CUDA)
 and overflow is read from the wrapped result as masks.py does. Two cupy
 traps are avoided: NVRTC contracts a double multiply followed by an add into
 one FMA (one rounding instead of two, not what numpy or the interpreter
-compute), so a predicate set with both a DOUBLE ``*`` and a DOUBLE ``+``/``-``
-is run unfused (one cupy kernel per operation, each exact); and a set that
-``cupy.fuse`` cannot trace falls back, once, to the same unfused call. Using
+compute), so a predicate set with a DEFINE holding both a DOUBLE ``*`` and a
+DOUBLE ``+``/``-`` is run unfused (one cupy kernel per operation, each exact);
+and a set that ``cupy.fuse`` cannot trace falls back, once, to the same
+unfused call. The generated code uses only what both numpy and cupy.fuse
+take: operators, ``xp.where``/``abs``/``floor``/``isnan``/``fmod``,
+``astype`` and numpy scalar constants (the tests check the calls it makes). Using
 ``cupy.ElementwiseKernel`` with ``--fmad=false`` would lift the first limit at
 the cost of a second (C) generator; not worth it until profiles say so.
 
@@ -905,9 +908,9 @@ class DeviceMaskSet:
     columns : tuple of str
         The input columns the DEFINEs read (``load`` moves only these).
     """
-    query: CheckedQuery
-    schema: pa.Schema
-    forms: dict
+    query: CheckedQuery = field(repr=False)
+    schema: pa.Schema = field(repr=False)
+    forms: dict = field(repr=False)
     columns: tuple = field(init=False)
     _programs: dict = field(default_factory=dict, init=False, repr=False)
 
