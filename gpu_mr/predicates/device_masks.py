@@ -74,6 +74,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
@@ -387,7 +388,7 @@ class _Gen:
             conj = e.op == "AND"
             if left.ok is None and right.ok is None and "UNKNOWN" not in (left.kind, right.kind):
                 value = self.let(f"{left.v} {'&' if conj else '|'} {right.v}")
-                reached = self.let(f"{left.v}" if conj else f"~{left.v}")
+                reached = left.v if conj else self.let(f"~{left.v}")
                 return _Val("BOOLEAN", value, None,
                             self.either(left.err, self.where_(right.err, reached)))
             lt, lf = self.truth(left)
@@ -728,8 +729,10 @@ def _generate(query: CheckedQuery, forms: dict, nullable: frozenset) -> _Program
         fma |= gen.double_mul and gen.double_add
         holds = "FALSE" if v.kind == "UNKNOWN" else gen.mask(v.ok, v.v)
         ret = holds if v.err is None else f"{holds}, {v.err}"
+        lines, used = _live(fn.lines, ret)
+        fn.params = {name: recipe for name, recipe in fn.params.items() if name in used}
         args = ", ".join(fn.params)
-        body = "\n".join("    " + line for line in fn.lines) or "    pass"
+        body = "\n".join("    " + line for line in lines) or "    pass"
         functions.append(f"def {fn.name}({args}):\n    \"\"\"{_doc(fn.doc)}\"\"\"\n{body}\n"
                          f"    return {ret}\n")
         h = f"h{i}"
@@ -751,6 +754,23 @@ def _generate(query: CheckedQuery, forms: dict, nullable: frozenset) -> _Program
                + "\n".join(calls) + f"\n    return {ret}\n")
     source = head + "\n\n" + "\n\n".join(functions + [classes])
     return _Program(source, tuple(params.items()), bool(fails), not fma)
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def _live(lines: list, ret: str) -> tuple:
+    """Drop the statements whose result nothing reads (a construct's template
+    may build a mask it does not need): (kept lines, names they and ``ret``
+    read)."""
+    used = set(_NAME.findall(ret))
+    kept = []
+    for line in reversed(lines):
+        target, _, expr = line.partition(" = ")
+        if target in used:
+            kept.append(line)
+            used |= set(_NAME.findall(expr.split("  #")[0]))
+    return kept[::-1], used
 
 
 def _doc(text: str) -> str:
