@@ -359,6 +359,16 @@ def test_cupy_path_fuses_and_falls_back_when_fuse_cannot_trace():
     assert calls == []
 
 
+def test_odd_names_stay_inside_comments_and_docstrings():
+    t = pa.table({"p": [0, 0, 1], "id": [0, 1, 2], 'a\nb = 1': [1, 2, 3],
+                  'x"""': pa.array([True, None, False]), "é  #": [0.5, 1.5, None]})
+    q, data = query('"A\nB" AS "a\nb = 1" > PREV("a\nb = 1") AND "é  #" < 1, C AS "x"""""""',
+                    t, pattern='"A\nB" C')
+    source = compile_device_masks(q, t.schema).source()
+    compile(source, "<test>", "exec")
+    assert agree(q, data)[0].tolist() == [2, 0, 0]
+
+
 def test_load_moves_only_the_columns_read_in_their_own_width():
     q, data = query("A AS k > 0 AND g < 1 AND PREV(dt) < DATE '2024-01-01' AND tss IS NULL",
                     TABLE)

@@ -187,7 +187,7 @@ class _Function:
     def let(self, source: str, comment: str = "") -> str:
         name = f"t{self.temps}"
         self.temps += 1
-        self.lines.append(f"{name} = {source}" + (f"  # {comment}" if comment else ""))
+        self.lines.append(f"{name} = {source}" + (f"  # {_comment(comment)}" if comment else ""))
         return name
 
 
@@ -733,7 +733,7 @@ def _generate(query: CheckedQuery, forms: dict, nullable: frozenset) -> _Program
         fn.params = {name: recipe for name, recipe in fn.params.items() if name in used}
         args = ", ".join(fn.params)
         body = "\n".join("    " + line for line in lines) or "    pass"
-        functions.append(f"def {fn.name}({args}):\n    \"\"\"{_doc(fn.doc)}\"\"\"\n{body}\n"
+        functions.append(f"def {fn.name}({args}):\n    {fn.doc!r}\n{body}\n"
                          f"    return {ret}\n")
         h = f"h{i}"
         if v.err is None:
@@ -747,8 +747,9 @@ def _generate(query: CheckedQuery, forms: dict, nullable: frozenset) -> _Program
     inputs = ", ".join(f"c{f.index} = {f.name} ({f.dtype})" for f in forms.values()
                        if f.kind != "UNKNOWN")
     head = (f"# gpu_mr device masks: bit i of a row's class = primary variable i may take it\n"
-            f"# variables: {', '.join(query.primary_vars)}\n"
-            f"# inputs: {inputs or 'none'}; NULL masks: {', '.join(sorted(nullable)) or 'none'}\n")
+            f"# variables: {_comment(', '.join(query.primary_vars))}\n"
+            f"# inputs: {_comment(inputs or 'none')}; NULL masks: "
+            f"{_comment(', '.join(sorted(nullable)) or 'none')}\n")
     ret = "bits" if not fails else f"bits, {' | '.join(fails)}"
     classes = (f"def classes({', '.join(params)}):\n    bits = {ubits}({always})\n"
                + "\n".join(calls) + f"\n    return {ret}\n")
@@ -773,8 +774,9 @@ def _live(lines: list, ret: str) -> tuple:
     return kept[::-1], used
 
 
-def _doc(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"')
+def _comment(text: str) -> str:
+    """Text safe inside a ``#`` comment (names may hold newlines)."""
+    return text.encode("unicode_escape").decode("ascii")
 
 
 @functools.lru_cache(maxsize=256)
