@@ -116,8 +116,7 @@ def match_recognize(df, clause: str, engine: str = "auto", *, batch_rows: Option
     spark = df.sparkSession
     timezone = S.session_timezone(spark)
     large = S.prefers_large_types(spark)
-    names = df.columns
-    if S.SEQUENCE_COLUMN in names:
+    if S.SEQUENCE_COLUMN in df.columns:
         raise DataError(f"the input has a column named {S.SEQUENCE_COLUMN!r}, which gpu_mr "
                         "uses internally; rename it", column=S.SEQUENCE_COLUMN,
                         code="reserved_column")
@@ -146,9 +145,19 @@ def match_recognize(df, clause: str, engine: str = "auto", *, batch_rows: Option
         staged = staged.repartition(1)
     staged = staged.sortWithinPartitions(
         *S.sort_columns(keys, query.order_keys, tiebreak=S.SEQUENCE_COLUMN))
+    names = out_arrow.names
+    unique = len(set(n.casefold() for n in names)) == len(names)
+    if not unique:
+        # An ORDER BY key listed twice is output twice (ALL ROWS PER MATCH):
+        # mapInArrow matches result columns by name, so they travel under
+        # positional names and get theirs back after.
+        out_spark = S.to_spark_schema(pa.schema(
+            [f.with_name(f"__gpu_mr_c{i}") for i, f in enumerate(out_arrow)]))
+        returned = S.returned_arrow_schema(out_spark, timezone, large)
     task = build_task(clause[start:end], engine, returned, batch_rows)
     with quiet_pandas_warning():
-        return staged.mapInArrow(task, out_spark)
+        result = staged.mapInArrow(task, out_spark)
+    return result if unique else result.toDF(*names)
 
 
 def build_task(clause: str, engine: str, returned: pa.Schema, batch_rows: int):
@@ -168,17 +177,33 @@ def build_task(clause: str, engine: str, returned: pa.Schema, batch_rows: int):
     [[{'n': 2}]]
     """
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from ..streaming import match_recognize_batches
         tables = _coalesce(batches, batch_rows)
         first = next(tables, None)
         if first is None:
             return
         query = analyze(parse_clause(clause), first.schema)
-        chosen = executor_engine(query, engine)
-        pieces = match_recognize_batches(_chain(first, tables), clause, chosen)
-        for piece in pieces:
+        chosen = engines.choose(query, executor_engine(query, engine))
+        for piece in _stream(query, chosen, first, tables):
             yield from S.conform(piece, returned).to_batches()
     return task
+
+
+def _stream(query, chosen, first: pa.Table, rest) -> Iterator[pa.Table]:
+    """``gpu_mr.match_recognize_batches`` over ``first`` and ``rest``, the
+    query already analysed and the engine chosen.
+
+    The stream's last step is skipped when nothing is carried into it: the
+    streaming runner (gpu_mr/streaming.py) hands the CPU engine an empty
+    table there, which its DFA set-up rejects (an IndexError over zero row
+    classes) for queries whose last search ends exactly at the last row.
+    """
+    from ..streaming import _StreamRunner
+    runner = _StreamRunner(query, chosen)
+    for table in _chain(first, rest):
+        yield from runner.feed(table)
+    if runner.carry is not None and runner.carry.table.num_rows == 0:
+        runner.carry = None
+    yield from runner.finish()
 
 
 def _chain(first, rest):

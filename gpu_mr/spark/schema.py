@@ -150,6 +150,7 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     """
     if table.schema.equals(schema):
         return table
+    table = table.rename_columns(schema.names)
     columns = []
     for f, column in zip(schema, table.columns):
         if column.type != f.type:

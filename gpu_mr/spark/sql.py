@@ -28,7 +28,7 @@ from .session import require_pyspark
 _SPARK_CONTEXT = re.compile(r"\s*(?:== SQL.*|JVM stacktrace:.*)", re.DOTALL)
 _SPARK_NAMES = (
     re.compile(r"The table or view `?([^`\s]+?)`? cannot be found"),
-    re.compile(r"with name `([^`]+)` cannot be resolved"),
+    re.compile(r"with name `(?:[^`]+`\.`)*([^`]+)` cannot be resolved"),
     re.compile(r"Syntax error at or near '([^']+)'"),
     re.compile(r"function `?([^`\s]+?)`? cannot be found"),
 )
