@@ -158,8 +158,8 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
     assert not failed, "a device mask failed on generated data"
     classes, tables, n_states, n_classes = stage(
         "classes", lambda: G.classes_and_tables(backend, query, dfa, bits), rows * 1)
-    found = stage("scan", lambda: G.scan(backend, query, classes, offsets, tables,
-                                         args.chunk_rows or None), rows * (1 + 2))
+    found, _ = stage("scan", lambda: G.scan(backend, query, classes, offsets, tables,
+                                            args.chunk_rows or None), rows * (1 + 2))
     n_matches = found.starts.shape[0]
     matched_rows = backend.scalar(xp.sum(found.ends - found.starts))
     found = stage("recovery", lambda: G.recover(backend, classes, offsets, G.DeviceMatches(

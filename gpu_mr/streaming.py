@@ -167,7 +167,9 @@ class _StreamRunner:
         self.partitions_before = 0   # partitions finished before this step's first
         self.look_back, self.look_ahead = physical_reach(query)
         from .engines.cpu import unsupported_reason
-        self.dfa_path = (engine.name == "cpu" and unsupported_reason(query) is None
+        # The CPU and GPU engines scan row-local queries batch by batch,
+        # carrying the open search; other engines get whole partitions.
+        self.dfa_path = (engine.name in ("cpu", "gpu") and unsupported_reason(query) is None
                          and query.empty_matches != "UNMATCHED")
 
     def _sorted(self, table: pa.Table):
@@ -244,7 +246,6 @@ class _StreamRunner:
         return pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
 
     def _dfa_step(self, data, final: bool) -> Optional[pa.Table]:
-        from .engines.cpu import scan_to_matches
         carry = self.carry or _Carry(None)
         prepared = self.engine.prepare(self.query, data)
         if isinstance(prepared, str):
@@ -256,7 +257,7 @@ class _StreamRunner:
                 self.resume = (carry.scan_from, carry.number_base, carry.continues,
                                carry.rows_before)
             return self._whole_partitions_step(data, final)
-        matches, resume = scan_to_matches(
+        matches, resume = self.engine.scan_to_matches(
             self.query, data, *prepared, scan_from=carry.scan_from, continues=carry.continues,
             open_end=not final, end_margin=self.look_ahead, number_base=carry.number_base,
             rows_before=carry.rows_before)

@@ -62,15 +62,15 @@ DEVICE_CHUNK_ROWS = 1024
 # kernels below; the tests also compile them with numba.njit).
 
 @register_jitable
-def scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, trans, steps,
-               end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
-               parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
-               out_end, counts, dead_state, scratch_states, scratch_labels, scratch_excluded,
-               slot_part_start, slot_hi, slot_out, errors):
+def scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open, trans,
+               steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+               parent_thread, parent_inst, match_thread, end_thread, inst_var, inst_excluded,
+               out_start, out_end, counts, dead_state, scratch_states, scratch_labels,
+               scratch_excluded, slot_part_start, slot_hi, slot_out, errors):
     """Speculative scan of chunk ``k`` (module header, step 1)."""
     counts[k] = scan_partition(
         classes, chunk_lo[k], chunk_hi[k], chunk_stop[k], chunk_lo[k], chunk_part_start[k],
-        False, trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+        chunk_open[k], trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
         parent_thread, parent_inst, match_thread, end_thread, inst_var, inst_excluded,
         out_start, out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
         slot_part_start, slot_hi, slot_out, errors[k])
@@ -88,19 +88,33 @@ def recover_match(i, classes, match_part_start, match_hi, starts, ends, label_of
 
 @register_jitable
 def repair_partition(p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
-                     chunk_part_start, trans, steps, end_accept, start_first, start_other,
-                     skip_mode, skip_vars, parent_thread, parent_inst, match_thread, end_thread,
-                     inst_var, inst_excluded, out_start, out_end, counts, fix_start, fix_end,
-                     fix_counts, drops, dead_state, scratch_states, scratch_labels,
-                     scratch_excluded, slot_part_start, slot_hi, slot_out, errors, replay_err):
+                     chunk_part_start, chunk_open, trans, steps, end_accept, start_first,
+                     start_other, skip_mode, skip_vars, parent_thread, parent_inst,
+                     match_thread, end_thread, inst_var, inst_excluded, out_start, out_end,
+                     counts, fix_start, fix_end, fix_counts, drops, dead_state,
+                     scratch_states, scratch_labels, scratch_excluded, slot_part_start,
+                     slot_hi, slot_out, errors, replay_err):
     """Walk partition ``p``'s chunks in order and repair each whose
-    speculation started off the true scan (module header, step 2)."""
+    speculation started off the true scan (module header, step 2).
+    ``errors[k, 2]`` ends as the row the true scan leaves chunk k at; below
+    ``chunk_stop[k]`` it is an undecided search of an open partition, where
+    the true scan stops: later chunks' matches are dropped."""
+    stopped = -1                        # the row the true scan stopped at, if it did
     for k in range(part_first_chunk[p] + 1, part_first_chunk[p + 1]):
+        n_spec = counts[k]
+        if stopped < 0 and errors[k - 1, 2] < chunk_stop[k - 1]:
+            stopped = errors[k - 1, 2]  # undecided search in chunk k-1: the scan ends there
+        if stopped >= 0:
+            drops[k] = n_spec
+            errors[k, 2] = stopped
+            continue
         lo = chunk_lo[k]
         pos = errors[k - 1, 2]          # where the true scan enters chunk k
         if pos == lo:
             continue                    # speculation started right here
-        n_spec = counts[k]
+        # Speculation started searches at every row up to where it stopped
+        # (its last, undecided search, if any), except inside its matches.
+        spec_end = errors[k, 2] if errors[k, 2] < chunk_stop[k] else chunk_stop[k]
         m = 0                           # speculative matches before pos are dropped
         n_fix = 0
         while True:
@@ -110,16 +124,20 @@ def repair_partition(p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_h
                 break
             while m < n_spec and out_start[lo + m] < pos and out_end[lo + m] <= pos:
                 m += 1
-            if m == n_spec or out_start[lo + m] >= pos:
+            if pos <= spec_end and (m == n_spec or out_start[lo + m] >= pos):
                 break                   # pos started a speculative search: in step
-            # pos lies inside speculative match m: replay one true search
+            # replay one true search from pos
             n_fix += scan_partition(
-                classes, pos, chunk_hi[k], pos + 1, lo + n_fix, chunk_part_start[k], False,
-                trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
-                parent_thread, parent_inst, match_thread, end_thread, inst_var,
+                classes, pos, chunk_hi[k], pos + 1, lo + n_fix, chunk_part_start[k],
+                chunk_open[k], trans, steps, end_accept, start_first, start_other, skip_mode,
+                skip_vars, parent_thread, parent_inst, match_thread, end_thread, inst_var,
                 inst_excluded, fix_start, fix_end, dead_state, scratch_states,
                 scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
                 replay_err[p])
+            if replay_err[p, 2] == pos:  # undecided until more rows arrive
+                m = n_spec
+                errors[k, 2] = pos
+                break
             pos = replay_err[p, 2]
         drops[k] = m
         fix_counts[k] = n_fix
@@ -157,36 +175,37 @@ def _build():
     # kernel's globals for its own thread-aware module, which a closure
     # variable would hide.
     @cuda.jit
-    def scan_chunks(classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, trans, steps,
-                    end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
-                    parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
-                    out_end, counts, dead_state, scratch_states, scratch_labels,
-                    scratch_excluded, slot_part_start, slot_hi, slot_out, errors):
+    def scan_chunks(classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open,
+                    trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+                    parent_thread, parent_inst, match_thread, end_thread, inst_var,
+                    inst_excluded, out_start, out_end, counts, dead_state, scratch_states,
+                    scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
+                    errors):
         k = cuda.grid(1)
         if k < chunk_lo.shape[0]:
-            scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, trans,
-                       steps, end_accept, start_first, start_other, skip_mode, skip_vars,
-                       parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                       inst_excluded, out_start, out_end, counts, dead_state, scratch_states,
-                       scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
-                       errors)
+            scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
+                       chunk_open, trans, steps, end_accept, start_first, start_other,
+                       skip_mode, skip_vars, parent_thread, parent_inst, match_thread,
+                       end_thread, inst_var, inst_excluded, out_start, out_end, counts,
+                       dead_state, scratch_states, scratch_labels, scratch_excluded,
+                       slot_part_start, slot_hi, slot_out, errors)
 
     @cuda.jit
     def repair_chunks(classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
-                      chunk_part_start, trans, steps, end_accept, start_first, start_other,
-                      skip_mode, skip_vars, parent_thread, parent_inst, match_thread,
-                      end_thread, inst_var, inst_excluded, out_start, out_end, counts,
-                      fix_start, fix_end, fix_counts, drops, dead_state, scratch_states,
-                      scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
-                      errors, replay_err):
+                      chunk_part_start, chunk_open, trans, steps, end_accept, start_first,
+                      start_other, skip_mode, skip_vars, parent_thread, parent_inst,
+                      match_thread, end_thread, inst_var, inst_excluded, out_start, out_end,
+                      counts, fix_start, fix_end, fix_counts, drops, dead_state,
+                      scratch_states, scratch_labels, scratch_excluded, slot_part_start,
+                      slot_hi, slot_out, errors, replay_err):
         p = cuda.grid(1)
         if p < part_first_chunk.shape[0] - 1:
             repair_partition(
                 p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
-                chunk_part_start, trans, steps, end_accept, start_first, start_other,
-                skip_mode, skip_vars, parent_thread, parent_inst, match_thread, end_thread,
-                inst_var, inst_excluded, out_start, out_end, counts, fix_start, fix_end,
-                fix_counts, drops, dead_state, scratch_states, scratch_labels,
+                chunk_part_start, chunk_open, trans, steps, end_accept, start_first,
+                start_other, skip_mode, skip_vars, parent_thread, parent_inst, match_thread,
+                end_thread, inst_var, inst_excluded, out_start, out_end, counts, fix_start,
+                fix_end, fix_counts, drops, dead_state, scratch_states, scratch_labels,
                 scratch_excluded, slot_part_start, slot_hi, slot_out, errors, replay_err)
 
     @cuda.jit
@@ -242,47 +261,67 @@ class DeviceTables:
         self.start_other = np.int32(tables.start_other)
 
 
-def chunk_plan(backend, offsets, chunk_rows: int) -> tuple:
-    """Cut every partition into chunks of ``chunk_rows`` rows (its last one
-    shorter): ``(part_first_chunk, chunk_part, chunk_lo, chunk_stop,
-    chunk_hi, chunk_part_start)``, all on the device."""
+def chunk_plan(backend, scan_lo, scan_hi, part_start, open_last: bool,
+               chunk_rows: int) -> tuple:
+    """Cut every partition's scan range ``scan_lo[p] .. scan_hi[p]`` (host
+    arrays) into chunks of ``chunk_rows`` rows (its last one shorter; an
+    empty range gets one empty chunk): ``(part_first_chunk, chunk_part,
+    chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open)`` on the
+    device. ``open_last``: the last partition goes on in later rows."""
     xp = backend.xp
-    sizes = offsets[1:] - offsets[:-1]
-    per_part = xp.maximum((sizes + (chunk_rows - 1)) // chunk_rows, 1)
-    part_first_chunk = xp.zeros(per_part.shape[0] + 1, dtype=np.int64)
+    d = backend.to_device
+    scan_lo, scan_hi, part_start = d(scan_lo), d(scan_hi), d(part_start)
+    n_parts = scan_lo.shape[0]
+    per_part = xp.maximum((scan_hi - scan_lo + (chunk_rows - 1)) // chunk_rows, 1)
+    part_first_chunk = xp.zeros(n_parts + 1, dtype=np.int64)
     xp.cumsum(per_part, out=part_first_chunk[1:])
     n_chunks = backend.scalar(part_first_chunk[-1])
     # Each chunk's partition: a binary search, not xp.repeat (cupy's needs
     # its counts on the host).
     chunk_part = xp.searchsorted(part_first_chunk[1:], xp.arange(n_chunks, dtype=np.int64),
                                  side="right")
-    chunk_lo = offsets[:-1][chunk_part] + (
+    chunk_lo = scan_lo[chunk_part] + (
         xp.arange(n_chunks, dtype=np.int64) - part_first_chunk[:-1][chunk_part]) * chunk_rows
-    chunk_hi = offsets[1:][chunk_part]
+    chunk_hi = scan_hi[chunk_part]
+    chunk_lo = xp.minimum(chunk_lo, chunk_hi)
     chunk_stop = xp.minimum(chunk_lo + chunk_rows, chunk_hi)
+    chunk_open = (chunk_part == n_parts - 1) & bool(open_last)
     return (part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi,
-            offsets[:-1][chunk_part])
+            part_start[chunk_part], chunk_open)
 
 
-def run_scan(backend, classes, offsets, tables: DeviceTables, skip_mode: int, skip_vars: int,
-             chunk_rows: int) -> tuple:
+def run_scan(backend, classes, offsets: np.ndarray, tables: DeviceTables, skip_mode: int,
+             skip_vars: int, chunk_rows: int, scan_from: int = -1, continues: bool = False,
+             open_end: bool = False, end_margin: int = 0) -> tuple:
     """Device driver of the scan: ``(starts, ends exclusive, partitions,
-    failure)`` with the match arrays on the device in partition and start
-    order; ``failure`` is None or ``(code, match index, partition)`` of the
-    first partition whose AFTER MATCH SKIP TO a variable cannot resume."""
+    failure, resume)`` with the match arrays on the device in partition and
+    start order; ``failure`` is None or ``(code, match index, partition)``
+    of the first partition whose AFTER MATCH SKIP TO a variable cannot
+    resume; ``resume`` the row the last partition's next search starts at.
+    ``offsets`` (host) are the partition offsets; the stream arguments are
+    those of ``kernels.scan.run_scan``."""
     xp = backend.xp
     n = classes.shape[0]
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n_parts = offsets.shape[0] - 1
+    scan_lo, scan_hi, part_start = offsets[:-1].copy(), offsets[1:].copy(), offsets[:-1].copy()
+    if n_parts and scan_from >= 0:
+        scan_lo[0] = scan_from
+        if continues:
+            part_start[0] = -1
+    if n_parts and open_end:
+        scan_hi[-1] = max(scan_lo[-1], scan_hi[-1] - end_margin)
     if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST):
         chunk_rows = max(n, 1)              # path scratch is per row: one chunk per partition
-    plan = chunk_plan(backend, offsets, chunk_rows)
-    part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi, chunk_part_start = plan
+    plan = chunk_plan(backend, scan_lo, scan_hi, part_start, open_end, chunk_rows)
+    (part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
+     chunk_open) = plan
     n_chunks = chunk_lo.shape[0]
-    n_parts = offsets.shape[0] - 1
     slot_type = np.int32 if n < 2 ** 31 - 1 else np.int64
-    out_start = xp.empty(n, dtype=slot_type)
-    out_end = xp.empty(n, dtype=slot_type)
+    out_start = xp.empty(max(n, 1), dtype=slot_type)
+    out_end = xp.empty(max(n, 1), dtype=slot_type)
     counts = xp.zeros(n_chunks, dtype=np.int64)
-    dead_state = xp.zeros(n, dtype=np.int16)       # 1 + state: the DFA cap is 10,000 states
+    dead_state = xp.zeros(max(n, 1), dtype=np.int16)   # 1 + state: the DFA cap is 10,000
     path_scratch = n if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST) else 1
     scratch_states = xp.empty(path_scratch, dtype=np.int32)
     scratch_labels = xp.empty(path_scratch, dtype=np.int16)
@@ -298,17 +337,18 @@ def run_scan(backend, classes, offsets, tables: DeviceTables, skip_mode: int, sk
     scratch = (dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
                slot_hi, slot_out)
     launch(backend, "scan", n_chunks, classes, chunk_lo, chunk_stop, chunk_hi,
-                   chunk_part_start, *dfa_args, out_start, out_end, counts, *scratch, errors)
+           chunk_part_start, chunk_open, *dfa_args, out_start, out_end, counts, *scratch,
+           errors)
     fix_counts = xp.zeros(n_chunks, dtype=np.int64)
     drops = xp.zeros(n_chunks, dtype=np.int64)
     fix_start = fix_end = out_start[:1]         # unused unless a partition has two chunks
-    if n_chunks > n_parts and skip_mode != SKIP_TO_NEXT_ROW:
+    if n_chunks > n_parts and (skip_mode != SKIP_TO_NEXT_ROW or open_end):
         fix_start = xp.empty(n, dtype=slot_type)
         fix_end = xp.empty(n, dtype=slot_type)
         replay_err = xp.zeros((n_parts, 3), dtype=np.int64)
         launch(backend, "repair", n_parts, classes, part_first_chunk, chunk_lo, chunk_stop,
-                       chunk_hi, chunk_part_start, *dfa_args, out_start, out_end, counts,
-                       fix_start, fix_end, fix_counts, drops, *scratch, errors, replay_err)
+               chunk_hi, chunk_part_start, chunk_open, *dfa_args, out_start, out_end, counts,
+               fix_start, fix_end, fix_counts, drops, *scratch, errors, replay_err)
     kept = fix_counts + counts - drops
     first_out = xp.zeros(n_chunks + 1, dtype=np.int64)
     xp.cumsum(kept, out=first_out[1:])
@@ -317,7 +357,7 @@ def run_scan(backend, classes, offsets, tables: DeviceTables, skip_mode: int, sk
     ends = xp.empty(total, dtype=np.int64)
     partitions = xp.empty(total, dtype=np.int64)
     launch(backend, "gather", n_chunks, chunk_lo, chunk_part, out_start, out_end, counts,
-                   fix_start, fix_end, fix_counts, drops, first_out, starts, ends, partitions)
+           fix_start, fix_end, fix_counts, drops, first_out, starts, ends, partitions)
     failure = None
     failing = xp.flatnonzero(errors[:, 0])
     if failing.shape[0]:
@@ -326,13 +366,15 @@ def run_scan(backend, classes, offsets, tables: DeviceTables, skip_mode: int, sk
         code, slot = (int(x) for x in backend.to_host(errors[c, :2]))
         index = backend.scalar(first_out[c]) + slot - backend.scalar(chunk_lo[c])
         failure = (code, index, c)
-    return starts, ends, partitions, failure
+    resume = backend.scalar(errors[-1, 2]) if n_chunks else 0
+    return starts, ends, partitions, failure, resume
 
 
-def run_recovery(backend, classes, offsets, starts, ends, partitions,
-                 tables: DeviceTables) -> tuple:
+def run_recovery(backend, classes, offsets: np.ndarray, starts, ends, partitions,
+                 tables: DeviceTables, continues: bool = False) -> tuple:
     """Device driver of path recovery: ``(label_offsets, labels, excluded)``
-    on the device, the CSR layout of ``engines.base.MatchArrays``."""
+    on the device, the CSR layout of ``engines.base.MatchArrays``.
+    ``continues``: the first partition began in an earlier batch."""
     xp = backend.xp
     lengths = xp.maximum(ends - starts, 0)
     label_offsets = xp.zeros(starts.shape[0] + 1, dtype=np.int64)
@@ -341,11 +383,15 @@ def run_recovery(backend, classes, offsets, starts, ends, partitions,
     labels = xp.empty(total, dtype=np.int16)
     excluded = xp.empty(total, dtype=np.uint8)
     states = xp.empty(max(total, 1), dtype=np.int32)
-    match_part_start = offsets[:-1][partitions]
-    match_hi = offsets[1:][partitions]
+    offsets = np.asarray(offsets, dtype=np.int64)
+    part_start = offsets[:-1].copy()
+    if continues and part_start.size:
+        part_start[0] = -1
+    match_part_start = backend.to_device(part_start)[partitions]
+    match_hi = backend.to_device(offsets[1:])[partitions]
     t = tables
-    launch(backend, "recover", starts.shape[0], classes,
-                   match_part_start, match_hi, starts, ends, label_offsets, t.trans,
-                   t.start_first, t.start_other, t.parent_thread, t.parent_inst, t.match_thread,
-                   t.end_thread, t.inst_var, t.inst_excluded, states, labels, excluded)
+    launch(backend, "recover", starts.shape[0], classes, match_part_start, match_hi, starts,
+           ends, label_offsets, t.trans, t.start_first, t.start_other, t.parent_thread,
+           t.parent_inst, t.match_thread, t.end_thread, t.inst_var, t.inst_excluded, states,
+           labels, excluded)
     return label_offsets, labels, excluded

@@ -28,6 +28,7 @@ from gpu_mr.frames import sort_for_matching
 from gpu_mr.syntax import parse_clause
 
 from test_cpu_engine import outcome, row_local_clauses, tables
+from test_streaming import MEASURES, sorted_tables, streamed
 
 if isinstance(B.detect(), str):
     pytest.skip(f"no GPU and no simulator: {B.detect()}", allow_module_level=True)
@@ -189,20 +190,20 @@ def test_out_of_memory_halves_the_group_then_uses_the_cpu(monkeypatch):
     query = analyze(parse_clause(q), t.schema)
     data = sort_for_matching(t, query.partition_columns, query.order_keys)
     gpu = GpuEngine()
-    real = gpu._prepare
+    real = gpu.prepare
 
     class OutOfMemoryError(Exception):
         pass
 
     largest = int(np.diff(data.partition_offsets).max())
 
-    def prepare(backend, query, part):
+    def prepare(query, part):
         # Two partitions never fit, nor does the largest alone.
         if part.num_partitions > 1 or part.table.num_rows == largest:
             raise OutOfMemoryError(f"out of memory allocating {part.table.num_rows * 48} bytes")
-        return real(backend, query, part)
+        return real(query, part)
 
-    monkeypatch.setattr(gpu, "_prepare", prepare)
+    monkeypatch.setattr(gpu, "prepare", prepare)
     assert outcome(gpu, query, data) == outcome(ReferenceEngine(), query, data)
     assert "CPU engine ran it" in gpu.last_run.reason
 
@@ -213,3 +214,44 @@ def test_partition_groups():
     assert partition_groups(offsets, 100) == [(0, 5)]
     assert partition_groups(offsets, 6) == [(0, 2), (2, 3), (3, 5)]
     assert partition_groups(offsets, 1) == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
+
+
+@settings(max_examples=600 if FULL else 60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(row_local_clauses(), sorted_tables(), st.lists(st.integers(0, 40), max_size=6),
+       st.sampled_from([1, 2, 3, 7]))
+def test_batches_on_the_gpu_equal_the_whole(clause, table, cuts, chunk_rows):
+    # The open search of the last partition carried from batch to batch,
+    # with speculative chunks inside each batch (undecided searches at the
+    # batch's end stop the true scan: later chunks' matches are dropped).
+    clause = clause.replace("MEASURES COUNT(*) AS n", MEASURES)
+    gpu = gpu_mr.engines._AVAILABLE["gpu"]
+    gpu.chunk_rows = chunk_rows
+    try:
+        try:
+            want = gpu_mr.match_recognize(table, clause, engine="reference")
+        except GpuMrError as exc:
+            with pytest.raises(type(exc)):
+                streamed(table, clause, cuts, engine="gpu")
+            return
+        got = streamed(table, clause, cuts, engine="gpu")
+    finally:
+        gpu.chunk_rows = None
+    if got is None:
+        assert want.num_rows == 0
+    else:
+        assert got.equals(want), f"\n{clause}\n{cuts}\n{got.to_pylist()}\n{want.to_pylist()}"
+
+
+def test_a_long_partition_in_many_batches_on_the_gpu():
+    t = v_shape(3000, 1, 8)
+    q = V.format(skip="PAST LAST ROW")
+    gpu = gpu_mr.engines._AVAILABLE["gpu"]
+    gpu.chunk_rows = 16
+    try:
+        pieces = list(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=251), q,
+                                                     engine="gpu"))
+    finally:
+        gpu.chunk_rows = None
+    assert len(pieces) > 5
+    assert pa.concat_tables(pieces).equals(gpu_mr.match_recognize(t, q, engine="cpu"))

@@ -166,6 +166,12 @@ class CpuEngine:
             tables = tables.over_bitmasks(present, n_vars)
         return classes, tables
 
+    def scan_to_matches(self, query: CheckedQuery, data: SortedInput, dense, tables,
+                        **stream) -> tuple:
+        """:func:`scan_to_matches` (streams call it through the engine, so
+        the GPU engine can stand in)."""
+        return scan_to_matches(query, data, dense, tables, **stream)
+
     def _fallback(self, query: CheckedQuery, data: SortedInput, reason: str):
         self.last_run = RunInfo("reference", reason)
         return ReferenceEngine().find_matches(query, data)

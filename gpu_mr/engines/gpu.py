@@ -114,12 +114,11 @@ class GpuEngine:
         device runs out of memory, halves of the group, and a single
         partition too large for the device on the CPU engine."""
         try:
-            prepared = self._prepare(backend, query, data)
+            prepared = self.prepare(query, data)
             if isinstance(prepared, str):
                 self.last_run = RunInfo("reference", prepared)
                 return ReferenceEngine().find_matches(query, data)
-            classes, offsets, tables, self.last_run = prepared
-            return self._scan(backend, query, classes, offsets, tables)
+            return self.scan_to_matches(query, data, *prepared)[0]
         except Exception as exc:
             if not backend.is_out_of_memory(exc):
                 raise
@@ -148,15 +147,17 @@ class GpuEngine:
             self._plan = plan
         return plan
 
-    def _prepare(self, backend, query: CheckedQuery, data: SortedInput):
-        """(class ids, partition offsets, device DFA tables, RunInfo) on the
-        device, or the reason only the reference matcher answers exactly."""
+    def prepare(self, query: CheckedQuery, data: SortedInput):
+        """(class ids, device DFA tables) on the device for the scan, or the
+        reason only the reference matcher answers exactly; ``last_run`` says
+        where the masks ran. The CPU engine's ``prepare``, on the device."""
+        backend = B.detect()
         n = data.table.num_rows
         _, mask_set, device_set, dfa = self._plan_for(query, data.table.schema)
-        offsets = backend.to_device(data.partition_offsets.astype(np.int64, copy=False))
         bits = None
         if not isinstance(device_set, str):
             columns = device_set.load(data.table, backend.xp)
+            offsets = backend.to_device(data.partition_offsets.astype(np.int64, copy=False))
             bits, failed = device_set.evaluate(backend.xp, columns, offsets, n)
             if failed:
                 bits = None             # the host masks raise or decline exactly
@@ -174,11 +175,23 @@ class GpuEngine:
         if isinstance(prepared, str):
             return prepared
         classes, tables, n_states, n_classes = prepared
-        return classes, offsets, tables, RunInfo("device", why, n_states, n_classes)
+        self.last_run = RunInfo("device", why, n_states, n_classes)
+        return classes, tables
 
-    def _scan(self, backend, query: CheckedQuery, classes, offsets, tables) -> MatchArrays:
-        found = scan(backend, query, classes, offsets, tables, self.chunk_rows)
-        return recover(backend, classes, offsets, found, tables).to_host(backend)
+    def scan_to_matches(self, query: CheckedQuery, data: SortedInput, classes, tables,
+                        scan_from: int = -1, continues: bool = False, open_end: bool = False,
+                        end_margin: int = 0, number_base: int = 0,
+                        rows_before: int = 0) -> tuple:
+        """``(MatchArrays, row to resume at in the last partition)``: the
+        CPU engine's ``scan_to_matches`` (the same stream arguments), on the
+        device."""
+        backend = B.detect()
+        found, resume = scan(backend, query, classes, data.partition_offsets, tables,
+                             self.chunk_rows, scan_from=scan_from, continues=continues,
+                             open_end=open_end, end_margin=end_margin,
+                             number_base=number_base, rows_before=rows_before)
+        recover(backend, classes, data.partition_offsets, found, tables, continues=continues)
+        return found.to_host(backend), resume
 
 
 # Device bytes per input row a run needs, beyond the DEFINE columns: masks
@@ -286,40 +299,52 @@ def classes_and_tables(backend, query: CheckedQuery, dfa: Dfa, bits):
 
 
 def scan(backend, query: CheckedQuery, classes, offsets, tables,
-         chunk_rows: Optional[int] = None) -> DeviceMatches:
-    """The chunked scan and match numbering on the device; raises the
-    reference engine's error where AFTER MATCH SKIP TO a variable cannot
-    resume."""
+         chunk_rows: Optional[int] = None, scan_from: int = -1, continues: bool = False,
+         open_end: bool = False, end_margin: int = 0, number_base: int = 0,
+         rows_before: int = 0) -> tuple:
+    """The chunked scan and match numbering on the device: ``(DeviceMatches,
+    row to resume at in the last partition)``; raises the reference
+    engine's error where AFTER MATCH SKIP TO a variable cannot resume.
+    ``offsets`` are the partition offsets (host or device); the stream
+    arguments are those of ``engines.cpu.scan_to_matches``."""
     from ..kernels import gpu_scan
     from ..kernels.scan import ERR_SKIP_NO_ROW
     xp = backend.xp
+    offsets = backend.to_host(offsets).astype(np.int64, copy=False)
     skip = query.skip
     skip_vars = 0
     if skip.kind in ("FIRST", "LAST"):
         ids = {name: i for i, name in enumerate(query.primary_vars)}
         for name in query.subsets.get(skip.var, (skip.var,)):
             skip_vars |= 1 << ids[name]
-    starts, ends, partitions, failure = gpu_scan.run_scan(
+    starts, ends, partitions, failure, resume = gpu_scan.run_scan(
         backend, classes, offsets, tables, _SKIP_MODES[skip.kind], skip_vars,
-        chunk_rows or gpu_scan.DEVICE_CHUNK_ROWS)
+        chunk_rows or gpu_scan.DEVICE_CHUNK_ROWS, scan_from=scan_from, continues=continues,
+        open_end=open_end, end_margin=end_margin)
     n_parts = offsets.shape[0] - 1
     counts = xp.bincount(partitions, minlength=n_parts)
     first_of_partition = xp.zeros(n_parts + 1, dtype=np.int64)
     xp.cumsum(counts, out=first_of_partition[1:])
     numbers = xp.arange(starts.shape[0], dtype=np.int64) - first_of_partition[partitions] + 1
+    if number_base:
+        numbers += (partitions == 0) * number_base
     if failure is not None:
         code, i, p = failure
 
         def at(array, k):
             return int(backend.to_host(array[k:k + 1])[0])
+        origin = int(offsets[p]) - (rows_before if p == 0 else 0)
         raise skip_error(skip, code == ERR_SKIP_NO_ROW, at(numbers, i), at(starts, i),
-                         at(ends, i) - 1, at(offsets, p), p)
-    return DeviceMatches(starts, ends, partitions, numbers)
+                         at(ends, i) - 1, origin, p)
+    return DeviceMatches(starts, ends, partitions, numbers), resume
 
 
-def recover(backend, classes, offsets, found: DeviceMatches, tables) -> DeviceMatches:
-    """``found`` with each match's path (variable per row) recovered on the device."""
+def recover(backend, classes, offsets, found: DeviceMatches, tables,
+            continues: bool = False) -> DeviceMatches:
+    """``found`` with each match's path (variable per row) recovered on the
+    device; ``continues``: the first partition began in an earlier batch."""
     from ..kernels import gpu_scan
     found.label_offsets, found.labels, found.excluded = gpu_scan.run_recovery(
-        backend, classes, offsets, found.starts, found.ends, found.partitions, tables)
+        backend, classes, backend.to_host(offsets), found.starts, found.ends,
+        found.partitions, tables, continues=continues)
     return found
