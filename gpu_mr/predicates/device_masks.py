@@ -160,13 +160,15 @@ class _Val(NamedTuple):
     """A generated column: source of its ``values``; of its validity (None:
     never NULL; "FALSE": always NULL); of its error rows (None: never
     raises); ``small``: a BIGINT known to lie within +-2**53; ``const``: the
-    Python value of a literal (for folding)."""
+    Python value of a literal (for folding); ``strict``: a boolean whose
+    values are True only where it is valid (no need to AND the validity)."""
     kind: str
     v: str
     ok: Optional[str] = None
     err: Optional[str] = None
     small: bool = False
     const: Any = None
+    strict: bool = False
 
 
 class _Function:
@@ -358,7 +360,7 @@ class _Gen:
         if isinstance(e.arg, A.ColumnRef):
             return inner                # a shifted column's validity already says so
         inside = self.in_range(k, prev)
-        return inner._replace(ok=self.both(inner.ok, inside),
+        return inner._replace(strict=False, ok=self.both(inner.ok, inside),
                               err=self.where_(inner.err, inside), const=None)
 
     # ------------------------------------------------------------ logic
@@ -370,9 +372,9 @@ class _Gen:
         if e.op == "+":
             return v
         if e.op == "NOT":
-            return v._replace(v=self.let(f"~{v.v}"), const=None)
+            return v._replace(v=self.let(f"~{v.v}"), const=None, strict=False)
         if v.kind == "DOUBLE":
-            return v._replace(v=self.let(f"-{v.v}"), const=None)
+            return v._replace(v=self.let(f"-{v.v}"), const=None, strict=False)
         if v.kind == "BIGINT":
             over = self.both(v.ok, self.let(f"{v.v} == I64({INT64_MIN})"))
             return _Val(kind, self.let(f"_neg({v.v})"), v.ok, self.either(v.err, over),
@@ -403,7 +405,7 @@ class _Gen:
                 reached = "TRUE" if lt == "FALSE" else self.let(f"~{lt}")
             valid = self.either(true, false) or "FALSE"
             reached = None if reached == "TRUE" else reached
-            return _Val("BOOLEAN", true, valid,
+            return _Val("BOOLEAN", true, valid, strict=True, err=
                         self.either(left.err, self.where_(right.err, reached)))
         left, right = self.emit(e.left), self.emit(e.right)
         if e.op in _SQL_OPS:
@@ -426,7 +428,7 @@ class _Gen:
         true = self.mask(ge_t, le_t)
         false = self.either(ge_f, le_f) or "FALSE"
         valid = self.either(true, false) or "FALSE"
-        return _Val("BOOLEAN", false if e.negated else true, valid, err)
+        return _Val("BOOLEAN", false if e.negated else true, valid, err, strict=True)
 
     def _InList(self, e: A.InList) -> _Val:
         v = self.emit(e.operand)
@@ -727,7 +729,7 @@ def _generate(query: CheckedQuery, forms: dict, nullable: frozenset) -> _Program
             raise _Decline(f"DEFINE {A.quote_ident(var)}: {d}") from None
         # DEFINEs only meet in the bits: the FMA hazard is per DEFINE
         fma |= gen.double_mul and gen.double_add
-        holds = "FALSE" if v.kind == "UNKNOWN" else gen.mask(v.ok, v.v)
+        holds = "FALSE" if v.kind == "UNKNOWN" else v.v if v.strict else gen.mask(v.ok, v.v)
         ret = holds if v.err is None else f"{holds}, {v.err}"
         lines, used = _live(fn.lines, ret)
         fn.params = {name: recipe for name, recipe in fn.params.items() if name in used}
