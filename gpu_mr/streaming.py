@@ -182,6 +182,8 @@ class _StreamRunner:
         return data
 
     def feed(self, batch: pa.Table) -> Iterator[pa.Table]:
+        if batch.num_rows == 0:
+            return
         if self.carry is not None and not self.dfa_path:
             # A whole partition is being gathered: while the batch only goes
             # on with it, check the order at the seam and in the batch alone
@@ -195,9 +197,11 @@ class _StreamRunner:
         yield from self._step(work, final=False)
 
     def finish(self) -> Iterator[pa.Table]:
-        if self.carry is not None:
+        # An empty carry (the last batch's last search ended at its last row)
+        # leaves nothing to match.
+        if self.carry is not None and self.carry.table.num_rows:
             yield from self._step(self.carry.table, final=True)
-            self.carry = None
+        self.carry = None
 
     def _step(self, work: pa.Table, final: bool) -> Iterator[pa.Table]:
         data = self._sorted(work)

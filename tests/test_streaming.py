@@ -195,3 +195,17 @@ def test_whole_partitions_gathered_over_many_batches():
     shuffled = t.take(np.r_[0:20, 21, 20, 22:97])
     with pytest.raises(DataError, match="sorted by"):
         list(gpu_mr.match_recognize_batches(shuffled.to_batches(max_chunksize=3), q))
+
+
+@pytest.mark.parametrize("engine", ["cpu", "gpu", "reference"])
+def test_a_stream_whose_last_search_ends_at_its_last_row(engine):
+    # The last row cannot start a match, so nothing is carried to the end
+    # of the stream (an empty carry once crashed the DFA set-up); empty
+    # batches anywhere are skipped.
+    t = pa.table({"ts": [1, 2, 3, 4, 5], "x": [1, 2, 1, 2, 2]})
+    q = "ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B) DEFINE A AS x = 1, B AS x = 2"
+    want = gpu_mr.match_recognize(t, q, engine="reference")
+    for cut in range(6):
+        batches = [t.slice(0, cut), t.slice(cut, 0), t.slice(cut)]
+        pieces = list(gpu_mr.match_recognize_batches(batches, q, engine=engine))
+        assert pa.concat_tables(pieces).equals(want), cut
