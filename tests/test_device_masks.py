@@ -384,6 +384,9 @@ def test_load_moves_only_the_columns_read_in_their_own_width():
     again = masks.load(chunked, np)
     for name in cols:
         assert np.array_equal(cols[name][0], again[name][0])
+    wrong = dict(cols, g=(cols["g"][0].astype(np.float64), cols["g"][1]))
+    with pytest.raises(TypeError, match="column g arrives as float64"):
+        masks.evaluate(np, wrong, data.partition_offsets, data.table.num_rows)
     with pytest.raises(UnsupportedError):
         masks.load(data.table.set_column(data.table.schema.get_field_index("k"), "k",
                                          data.table.column("k").cast(pa.int16())), np)

@@ -1013,6 +1013,14 @@ class DeviceMaskSet:
         n = int(n_rows)
         if n == 0:
             return xp.zeros(0, dtype=dtype), False
+        for name in self.columns:
+            values, valid = columns[name]
+            want = self.forms[name].dtype
+            if values.dtype != want or (valid is not None and valid.dtype != np.bool_):
+                raise TypeError(f"column {name} arrives as {values.dtype} (valid: "
+                                f"{None if valid is None else valid.dtype}); the device masks "
+                                f"read {want} values and bool validity, as "
+                                f"DeviceMaskSet.load gives them")
         nullable = frozenset(name for name in self.columns if columns[name][1] is not None)
         prog = self.program(nullable)
         if not prog.params:
