@@ -212,6 +212,18 @@ def _renumber(bits: np.ndarray, n_vars: int) -> tuple:
     return present.tolist(), dense.astype(dtype, copy=False)
 
 
+def skip_variables(query: CheckedQuery) -> int:
+    """The bitmask of the primary variables AFTER MATCH SKIP TO FIRST/LAST
+    names (a SUBSET names several); 0 for the other modes."""
+    skip = query.skip
+    mask = 0
+    if skip.kind in ("FIRST", "LAST"):
+        ids = {name: i for i, name in enumerate(query.primary_vars)}
+        for name in query.subsets.get(skip.var, (skip.var,)):
+            mask |= 1 << ids[name]
+    return mask
+
+
 def scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, tables,
                     scan_from: int = -1, continues: bool = False, open_end: bool = False,
                     end_margin: int = 0, number_base: int = 0, rows_before: int = 0) -> tuple:
@@ -223,13 +235,8 @@ def scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, t
     from ..kernels.scan import ERR_SKIP_NO_ROW, run_recovery, run_scan
     offsets = data.partition_offsets.astype(np.int64, copy=False)
     skip = query.skip
-    skip_vars = 0
-    if skip.kind in ("FIRST", "LAST"):
-        ids = {name: i for i, name in enumerate(query.primary_vars)}
-        for name in query.subsets.get(skip.var, (skip.var,)):
-            skip_vars |= 1 << ids[name]
     starts, ends, partitions, errors = run_scan(
-        dense, offsets, tables, _SKIP_MODES[skip.kind], skip_vars, scan_from=scan_from,
+        dense, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query), scan_from=scan_from,
         continues=continues, open_end=open_end, end_margin=end_margin)
     counts = np.bincount(partitions, minlength=len(offsets) - 1)
     first_of_partition = np.zeros(len(offsets), dtype=np.int64)

@@ -47,7 +47,8 @@ from ..pattern.nfa import compile_nfa
 from ..predicates import masks as M
 from ..errors import MatchRuntimeError
 from .base import MatchArrays, as_match_arrays, skip_error
-from .cpu import _DIRECT_MAX_VARS, _SKIP_MODES, CpuEngine, RunInfo, choose_path, class_bits
+from .cpu import (_DIRECT_MAX_VARS, _SKIP_MODES, CpuEngine, RunInfo, class_bits,
+                  skip_variables)
 from .reference import ReferenceEngine
 
 
@@ -313,13 +314,8 @@ def scan(backend, query: CheckedQuery, classes, offsets, tables,
     xp = backend.xp
     offsets = backend.to_host(offsets).astype(np.int64, copy=False)
     skip = query.skip
-    skip_vars = 0
-    if skip.kind in ("FIRST", "LAST"):
-        ids = {name: i for i, name in enumerate(query.primary_vars)}
-        for name in query.subsets.get(skip.var, (skip.var,)):
-            skip_vars |= 1 << ids[name]
     starts, ends, partitions, failure, resume = gpu_scan.run_scan(
-        backend, classes, offsets, tables, _SKIP_MODES[skip.kind], skip_vars,
+        backend, classes, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query),
         chunk_rows or gpu_scan.DEVICE_CHUNK_ROWS, scan_from=scan_from, continues=continues,
         open_end=open_end, end_margin=end_margin)
     n_parts = offsets.shape[0] - 1
