@@ -36,7 +36,6 @@ import argparse
 import datetime as _dt
 import importlib.util
 import json
-import os
 import platform
 import sys
 import time
