@@ -229,6 +229,7 @@ class _Gen:
         return self.both(*parts) or "TRUE"
 
     def either(self, *errs) -> Optional[str]:
+        """Source of the OR of error rows / masks (None entries: no row)."""
         parts = list(dict.fromkeys(e for e in errs if e is not None and e != "FALSE"))
         if "TRUE" in parts:
             return "TRUE"
@@ -253,7 +254,8 @@ class _Gen:
             return "FALSE", "FALSE"
         if v.ok is None:
             return v.v, self.let(f"~{v.v}")
-        return self.mask(v.ok, v.v), self.let(f"{v.ok} & ~{v.v}")
+        true = v.v if v.strict else self.mask(v.ok, v.v)
+        return true, self.let(f"{v.ok} & ~{v.v}")
 
     def to_double(self, v: _Val) -> str:
         if v.kind == "DOUBLE":
