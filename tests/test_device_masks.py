@@ -378,8 +378,14 @@ def test_load_moves_only_the_columns_read_in_their_own_width():
     assert cols["k"][0].dtype == np.int8 and cols["g"][0].dtype == np.float32
     assert cols["dt"][0].dtype == np.int32 and cols["tss"][0].dtype == np.int64
     assert cols["k"][1] is not None and cols["k"][1].dtype == bool
-    full = masks.load(sort_for_matching(TABLE_FULL, ("p",), (("id", True, False),)).table, np)
+    sorted_full = sort_for_matching(TABLE_FULL, ("p",), (("id", True, False),))
+    full = masks.load(sorted_full.table, np)
     assert all(valid is None for _, valid in full.values())
+    # validity given for columns without NULLs: the nullable variant, same bits
+    forced = {k: (v, np.ones(len(v), dtype=bool)) for k, (v, _) in full.items()}
+    args = (sorted_full.partition_offsets, sorted_full.table.num_rows)
+    one, two = masks.evaluate(np, full, *args), masks.evaluate(np, forced, *args)
+    assert np.array_equal(one[0], two[0]) and one[1] == two[1]
     chunked = pa.Table.from_batches(data.table.to_batches(max_chunksize=3))
     again = masks.load(chunked, np)
     for name in cols:
