@@ -230,11 +230,14 @@ class DfaTables:
         of bitmasks absent from the data repeat column 0 (never read)."""
         lookup = np.zeros(1 << n_vars, dtype=np.intp)
         lookup[np.asarray(present, dtype=np.intp)] = np.arange(len(present))
-        return DfaTables(self.trans[:, lookup], self.matched[:, lookup], self.end_accept,
-                         self.start_first, self.start_other, self.parent_thread[:, lookup],
-                         self.parent_inst[:, lookup], self.match_thread[:, lookup],
+
+        def columns(table):     # C order, as the kernels' numba types expect
+            return np.ascontiguousarray(table[:, lookup])
+        return DfaTables(columns(self.trans), columns(self.matched), self.end_accept,
+                         self.start_first, self.start_other, columns(self.parent_thread),
+                         columns(self.parent_inst), columns(self.match_thread),
                          self.end_thread, self.inst_var, self.inst_excluded,
-                         self.steps[:, lookup])
+                         columns(self.steps))
 
 
 def match_end(dfa: Dfa, classes, start: int, lo: int, hi: int) -> int:
