@@ -2,7 +2,9 @@
 
 ``gpu-mr run QUERY.sql --table t=ticks.parquet [-o out.parquet]`` runs either a
 full ``SELECT`` (through ``gpu_mr.sql``) or a bare MATCH_RECOGNIZE clause body
-(through ``gpu_mr.match_recognize`` on the one table given). ``gpu-mr explain``
+(through ``gpu_mr.match_recognize`` on the one table given); with ``--spark``
+the same runs through ``gpu_mr.spark`` on a local (or ``--master``) Spark
+session, the rest of a SELECT in Spark SQL. ``gpu-mr explain``
 prints the compiled plan; ``gpu-mr demo`` runs two shape queries over
 synthetic ticks. Progress goes to stderr, results to stdout. A rejected query
 or unusable input prints ``error: ...`` and exits with status 2; anything else
@@ -194,10 +196,12 @@ def to_arrow(result) -> pa.Table:
     raise TypeError(f"unexpected result type {type(result).__name__}")
 
 
-def show_table(table: pa.Table, max_rows: int, title: str | None = None) -> None:
-    """Print the first rows of a table and its row count to stdout."""
+def show_table(table: pa.Table, max_rows: int, title: str | None = None,
+               total: int | None = None) -> None:
+    """Print the first rows of a table and its row count (``total`` when
+    the table holds only the first rows) to stdout."""
     import pandas as pd
-    n = table.num_rows
+    n = table.num_rows if total is None else total
     if title:
         print(f"== {title}")
     head = table.slice(0, max(max_rows, 0)).to_pandas()
@@ -231,6 +235,10 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
         raise UsageError(
             "a bare MATCH_RECOGNIZE clause runs on exactly one table: give one "
             f"--table NAME=FILE (got {len(specs)}), or write a full SELECT")
+    if args.spark:
+        return run_on_spark(args, progress, text, specs, statement)
+    if args.master:
+        raise UsageError("--master needs --spark")
 
     tables: dict[str, pa.Table] = {}
     for name, path in specs:
@@ -254,6 +262,117 @@ def cmd_run(args: argparse.Namespace, progress: Progress) -> int:
     else:
         show_table(result, args.max_rows)
     return 0
+
+
+# ---------------------------------------------------------------- spark
+
+
+def run_on_spark(args: argparse.Namespace, progress: Progress, text: str,
+                 specs: list[tuple[str, str]], statement: bool) -> int:
+    """``gpu-mr run --spark``: the same query on Spark (local unless --master).
+
+    Tables are read by Spark (Parquet; CSV with a header and inferred types)
+    and registered as temporary views under their --table names. With -o,
+    Spark writes OUT as a directory of part files (Parquet timestamps in
+    microseconds); without it, the result is sorted (a bare clause's by its
+    columns; a statement keeps its own ORDER BY) and its first rows printed.
+    """
+    from gpu_mr import spark as gspark
+
+    master = args.master or "local[*]"
+    gspark.session.require_pyspark()
+    # Fail on a malformed clause before the JVM starts (seconds); names are
+    # checked against the tables' schemas once Spark has read them.
+    import gpu_mr
+    gpu_mr.compile(text)
+    if args.output and os.path.exists(args.output):
+        raise UsageError(f"cannot write {args.output!r}: it exists (Spark writes a directory "
+                         "there); remove it or choose another name")
+    conf = {"spark.ui.showConsoleProgress": "false" if args.quiet else "true"}
+    with progress.stage(f"starting Spark ({master})"):
+        session = gspark.local_session(master, app_name="gpu-mr", conf=conf)
+    frames = {}
+    for name, path in specs:
+        with progress.stage(f"reading {name} from {path} (Spark)"):
+            frames[name] = spark_read(session, path, progress)
+        progress.note(f"{name}: {len(frames[name].columns)} columns")
+    try:
+        if statement:
+            for name, df in frames.items():
+                df.createOrReplaceTempView(name)
+            result = gspark.sql(session, text, engine=args.engine)
+        else:
+            (df,) = frames.values()
+            result = gspark.match_recognize(df, text, engine=args.engine)
+        if args.output:
+            with progress.stage(f"matching (engine={args.engine}, Spark) and writing "
+                                f"{args.output}"):
+                writer = result.write.mode("errorifexists")
+                if args.output.lower().endswith(".csv"):
+                    writer.option("header", "true").csv(args.output)
+                else:
+                    writer.parquet(args.output)
+            return 0
+        with progress.stage(f"matching (engine={args.engine}, Spark)"):
+            if not statement:
+                result = result.orderBy(*[c for c, t in result.dtypes
+                                          if not t.startswith(("array", "map", "struct"))])
+            result = result.persist()
+            total = result.count()
+            head = result.limit(max(args.max_rows, 0)).toArrow()
+        result.unpersist()
+    except GpuMrError:
+        raise
+    except Exception as exc:
+        err = gspark.translate_error(exc)
+        if err is not None:
+            raise err from None
+        if type(exc).__module__.startswith(("pyspark", "py4j")):
+            raise UsageError(f"Spark: {_first_line(exc)}") from None
+        raise
+    progress.note(f"result: {total} row{'s' if total != 1 else ''}")
+    show_table(head, args.max_rows, total=total)
+    return 0
+
+
+def spark_read(session, path: str, progress: Progress):
+    """A Spark DataFrame over a .parquet or .csv file.
+
+    Spark rejects Parquet files holding nanosecond timestamps: those are read
+    with pyarrow, converted to microseconds (an error if that loses digits)
+    and handed to Spark from memory.
+    """
+    ext = check_readable(path)
+    if ext == ".csv":
+        return session.read.option("header", "true").option("inferSchema", "true").csv(path)
+    nanos = [f.name for f in read_schema(path)
+             if pa.types.is_timestamp(f.type) and f.type.unit == "ns"]
+    if not nanos:
+        return session.read.parquet(path)
+    progress.note(f"{path}: nanosecond timestamps in {', '.join(nanos)}, which Spark cannot "
+                  "read: converting to microseconds in memory")
+    table = read_table(path)
+    for name in nanos:
+        i = table.schema.get_field_index(name)
+        field = table.schema.field(i)
+        try:
+            column = table.column(i).cast(pa.timestamp("us", tz=field.type.tz))
+        except pa.ArrowInvalid:
+            raise UsageError(
+                f"cannot read {path!r} with Spark: column {name!r} holds nanosecond "
+                "timestamps that microseconds cannot hold exactly; run without --spark, "
+                "or rewrite the file with microsecond timestamps") from None
+        table = table.set_column(i, field.with_type(column.type), column)
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from gpu_mr.spark.session import quiet_pandas_warning
+    with quiet_pandas_warning():       # naive timestamps stay naive (TimestampNTZ)
+        return session.createDataFrame(table, schema=from_arrow_schema(
+            table.schema, prefer_timestamp_ntz=True))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def cmd_explain(args: argparse.Namespace, progress: Progress) -> int:
@@ -328,8 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser(
         "run", help="run a query over tables from files",
         description="Run QUERY.sql: a full SELECT whose FROM holds a "
-                    "MATCH_RECOGNIZE (the rest runs in DuckDB), or a bare "
-                    "MATCH_RECOGNIZE clause body over the one --table given.")
+                    "MATCH_RECOGNIZE (the rest runs in DuckDB, or Spark SQL with "
+                    "--spark), or a bare MATCH_RECOGNIZE clause body over the one "
+                    "--table given.")
     run.add_argument("query", metavar="QUERY.sql", help="query file ('-' for stdin)")
     run.add_argument("--table", "-t", action="append", metavar="NAME=FILE",
                      help="a table from a .parquet or .csv file (repeatable)")
@@ -338,6 +458,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--engine", choices=ENGINES, default="auto")
     run.add_argument("--max-rows", type=int, default=20, metavar="N",
                      help="rows to print without -o (default 20)")
+    run.add_argument("--spark", action="store_true",
+                     help="run on Spark (gpu_mr.spark; needs pyspark and Java): the "
+                          "clause in mapInArrow tasks, the rest of a SELECT in Spark SQL; "
+                          "-o then writes a directory of part files")
+    run.add_argument("--master", metavar="URL", default=None,
+                     help="Spark master with --spark (default local[*])")
     run.set_defaults(func=cmd_run)
 
     explain = sub.add_parser(

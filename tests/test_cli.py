@@ -400,3 +400,58 @@ def test_demo_queries_against_regex_oracle(name, regex):
            for r in df.itertuples()]
     expected = [(s, np.datetime64(a, "ns"), np.datetime64(b, "ns"), n) for s, a, b, n in expected]
     assert sorted(got) == sorted(expected)
+
+
+# ------------------------------------------------------------------ run --spark
+
+def _spark_ready() -> bool:
+    import importlib.util
+    import shutil
+    return importlib.util.find_spec("pyspark") is not None and (
+        shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME")))
+
+
+spark_only = pytest.mark.skipif(not _spark_ready(), reason="needs pyspark and Java")
+
+
+@spark_only
+def test_run_spark_clause_to_parquet(files, tmp_path):
+    out = tmp_path / "out.parquet"
+    proc = ok(run_cli("run", str(files["clause"]), "--table", f"ticks={files['csv']}",
+                      "-o", str(out), "--spark", "--master", "local[1]"))
+    assert "starting Spark (local[1])" in proc.stderr
+    got = pq.read_table(out)          # a directory of part files
+    assert got.column_names == ["symbol", "start_ts", "end_ts", "mno"]
+    assert got.to_pylist() == [{"symbol": "a", "start_ts": got.column("start_ts")[0].as_py(),
+                                "end_ts": got.column("end_ts")[0].as_py(), "mno": 1}]
+    assert as_micros(got.column("start_ts").to_numpy()) == [START]
+    assert as_micros(got.column("end_ts").to_numpy()) == [END]
+    again = user_error(run_cli("run", str(files["clause"]), "--table", f"ticks={files['csv']}",
+                               "-o", str(out), "--spark", "--master", "local[1]"))
+    assert "exists" in again
+
+
+@spark_only
+def test_run_spark_statement_nanosecond_parquet(files, tmp_path, ticks_table):
+    nanos = tmp_path / "ticks_ns.parquet"
+    pq.write_table(ticks_table.set_column(1, "ts", ticks_table.column("ts").cast(
+        pa.timestamp("ns"))), nanos, version="2.6")
+    assert pq.read_schema(nanos).field("ts").type == pa.timestamp("ns")
+    proc = ok(run_cli("run", str(files["statement"]), "--table", f"ticks={nanos}",
+                      "--spark", "--master", "local[1]"))
+    assert "converting to microseconds" in proc.stderr
+    assert re.search(r"^symbol\s+mno\s+end_ts$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^\s*a\s+1\s+2024-01-02 09:30:06$", proc.stdout, re.M), proc.stdout
+    assert "(1 row)" in proc.stdout
+    bad = tmp_path / "bad.sql"
+    bad.write_text("SELECT * FROM ticks MATCH_RECOGNIZE (ORDER BY ts\n"
+                   "  PATTERN (A B+) DEFINE B AS price >> 0) AS m")
+    err = user_error(run_cli("run", str(bad), "--table", f"ticks={nanos}", "--spark",
+                             "--master", "local[1]"))      # found before Spark starts
+    assert "line 2" in err
+
+
+def test_master_needs_spark(files):
+    err = user_error(run_cli("run", str(files["clause"]), "--table",
+                             f"ticks={files['parquet']}", "--master", "local[1]"))
+    assert "--master needs --spark" in err

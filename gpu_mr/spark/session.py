@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
 import warnings
@@ -89,6 +90,20 @@ def quiet_pandas_warning():
         yield
 
 
+def local_cores(master: str) -> int:
+    """Cores of a ``local``, ``local[N]``, ``local[*]`` or ``local[N,F]`` master; 0 otherwise.
+
+    >>> local_cores("local[4]"), local_cores("local[2,3]"), local_cores("yarn")
+    (4, 2, 0)
+    """
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\s*\d+)?\])?", master.strip())
+    if not m:
+        return 0
+    if m.group(1) in (None, "*"):
+        return 1 if m.group(1) is None else (os.cpu_count() or 1)
+    return int(m.group(1))
+
+
 def local_session(master: str = "local[*]", app_name: str = "gpu_mr",
                   conf: Optional[Mapping[str, str]] = None):
     """A SparkSession for gpu_mr: local by default, any master given.
@@ -130,6 +145,11 @@ def local_session(master: str = "local[*]", app_name: str = "gpu_mr",
     from pyspark.sql import SparkSession
     settings = dict(DEFAULT_CONF)
     settings["spark.pyspark.python"] = os.environ["PYSPARK_PYTHON"]
+    cores = local_cores(master)
+    if cores:
+        # Spark's 200 shuffle partitions are 200 tasks (and Python worker
+        # round trips) for a few cores: twice the cores keeps them busy.
+        settings["spark.sql.shuffle.partitions"] = str(2 * cores)
     settings.update(conf or {})
     active = SparkSession.getActiveSession()
     if active is not None:
