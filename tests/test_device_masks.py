@@ -278,7 +278,8 @@ def test_generated_source_is_readable_and_cached():
 _FUSABLE_CALLS = {"xp.where", "xp.abs", "xp.floor", "xp.isnan", "xp.fmod", "astype", "I64",
                   "F64", "U8", "U32", "_add", "_sub", "_mul", "_neg", "_mul_overflows",
                   "_sign_int_float", "_sign_days_ns"}
-_FUSABLE_NODES = (ast.Module, ast.FunctionDef, ast.Pass, ast.arguments, ast.arg, ast.Expr,
+_FUSABLE_NODES = (ast.Module, ast.FunctionDef, ast.Pass, ast.keyword, ast.arguments, ast.arg,
+                  ast.Expr,
                   ast.Assign, ast.Return, ast.Name, ast.Load, ast.Store, ast.Constant, ast.Tuple,
                   ast.Call, ast.Attribute, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BitAnd,
                   ast.BitOr, ast.BitXor, ast.Invert, ast.USub, ast.Add, ast.Sub, ast.Mult,
@@ -304,6 +305,8 @@ def test_generated_code_stays_within_what_cupy_fuse_traces():
                     name = f.attr if isinstance(f, ast.Attribute) and f.attr == "astype" else \
                         ast.unparse(f)
                     assert name in _FUSABLE_CALLS or name.startswith("define_"), (name, source)
+                    assert all(k.arg == "copy" for k in node.keywords) and \
+                        (not node.keywords or name == "astype"), (name, source)
     for helper in ("_add", "_mul_overflows", "_sign_int_float", "_sign_days_ns"):
         assert helper in D._namespace(np)
 

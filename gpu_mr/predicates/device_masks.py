@@ -503,13 +503,18 @@ class _Gen:
             small = r.small
         else:
             values, valid, small = _ZERO[kind], "FALSE", True
+        chosen = False
         for taken, r in reversed(branches):
             if taken == "FALSE":
                 continue
             values = self.let(f"xp.where({taken}, {r.v}, {values})")
+            chosen = True
             r_ok = "TRUE" if r.ok is None else r.ok
             valid = valid if r_ok == valid else self.let(f"xp.where({taken}, {r_ok}, {valid})")
             small = small and r.small
+        if kind in ("BIGINT", "DATE", "TIMESTAMP") and chosen:
+            # where() of constants only: cupy's scalar typing may pick a narrower int
+            values = self.let(f"{values}.astype(I64, copy=False)")
         return _Val(kind, values, None if valid == "TRUE" else valid, self.either(*errs),
                     small=small and kind == "BIGINT")
 
