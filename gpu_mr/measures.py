@@ -14,8 +14,14 @@ end.
 
 How: matches arrive as ``MatchArrays`` (a list of ``Match`` is converted);
 which sorted row, which match and which "as of" row feed each output row are
-computed with numpy (:func:`output_rows`), and input columns are gathered
-with one Arrow ``take``. The common measures are vectorised over the match
+computed with numpy (:func:`output_rows`). Fixed-width columns (numbers,
+dates, timestamps) are gathered straight from their chunks' buffers by
+kernels/gather.py, every row set the measures need from one column in one
+pass (FIRST, LAST and MIN of a column read the same cache lines); in ONE ROW
+a partition column is read once per partition and repeated; other columns
+go through Arrow ``take``. In ONE ROW the output rows are the matches, so
+per-match results serve as they are (no gather by match index, no mask).
+The common measures are vectorised over the match
 rows laid end to end ("elements", ``MatchArrays.labels``): MATCH_NUMBER(),
 CLASSIFIER, column references, FIRST/LAST (RUNNING or FINAL, any variable or
 subset), PREV/NEXT around those, COUNT(*)/COUNT(X.*)/COUNT(X.c) and
@@ -27,7 +33,9 @@ data the vectorised form cannot reproduce exactly (a BIGINT sum that may
 overflow, NaN, an unusual column type), is evaluated row by row by the
 interpreter (interpreter.py), which is the semantics; ``vectorised=False``
 forces that path for every measure.
-Cost: vectorised, O(rows + total match length) numpy work per measure;
+Cost: vectorised, O(output rows + total match length) numpy and kernel work
+per measure, plus one gather pass per column read (v_shape's seven measures
+over 1e6 matches of 1e7 rows: about 15 numpy passes over the price column);
 interpreted, a tree walk per output row and measure, O(match length) for
 aggregates and navigation.
 """
@@ -44,10 +52,11 @@ import pyarrow.compute as pc
 from .analysis import CheckedQuery
 from .engines.base import MatchArrays, as_match_arrays
 from .errors import DataError
-from .frames import SortedInput
+from .frames import CHUNK_MIN_ROWS, MANY_CHUNKS, SortedInput, _string_piece, _valid_bytes
 from .interpreter import INT64_MAX, INT64_MIN, Interpreter, MatchView, _nav_var
-from .kernels.segmented import (Segments, find_members, segmented_arg_extreme, segmented_count,
-                                segmented_sum)
+from .kernels import gather as G
+from .kernels.segmented import (JIT_MIN_ELEMENTS, Segments, find_members, segmented_arg_extreme,
+                                segmented_count, segmented_sum)
 from .syntax import ast as A
 from .syntax import types as T
 
@@ -91,16 +100,22 @@ def assemble(query: CheckedQuery, data: SortedInput, matches,
             arrays[m.name] = pa.nulls(len(rows.source), m.type.arrow())
     elif vectorised:
         vec = _Vectors(query, data, ma, rows, columns)
+        pending = {}
         for m in query.measures:
             arr = vec.measure(m)
-            if arr is not None:
+            if isinstance(arr, _Pending):
+                pending[m.name] = arr
+            elif arr is not None:
                 arrays[m.name] = arr
+        # the gathers of every measure, one pass per column
+        arrays.update((k, v) for k, v in vec.resolve(pending).items() if v is not None)
     rest = [m for m in query.measures if m.name not in arrays]
     if rest:
         values = _interpret(query, data, ma, rows, rest, interp)
         for m, vals in zip(rest, values):
             arrays[m.name] = measure_array(m, vals)
-    return _build_table(query, data, rows.source, arrays, columns)
+    return _build_table(query, data, rows.source, arrays, columns,
+                        ma.partition if query.rows_per_match == "ONE" else None)
 
 
 # ------------------------------------------------------------ output rows
@@ -261,17 +276,63 @@ def _interpret(query: CheckedQuery, data: SortedInput, ma: MatchArrays, rows: Ou
 
 
 def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray,
-                 measures: dict, columns: dict) -> pa.Table:
-    """Input columns by one gather from the sorted table, then the measures
-    (analysis guarantees measure names never clash with input columns)."""
-    take = pa.array(source_rows, pa.int64())
+                 measures: dict, columns: dict,
+                 partition_of: Optional[np.ndarray] = None) -> pa.Table:
+    """Input columns gathered from the sorted table at ``source_rows``, then
+    the measures (analysis guarantees measure names never clash with input
+    columns). ``partition_of`` (each output row's partition, ONE ROW): a
+    partition column is then read once per partition and repeated."""
     arrays = []
+    take = None
+    partition_columns = set(query.partition_columns)
     for field in query.output_schema:
         if field.name in measures:
             arrays.append(measures[field.name])
-        else:
-            arrays.append(_combined(data, field.name, columns).take(take))
+            continue
+        if partition_of is not None and field.name in partition_columns:
+            arr = _partition_values(data, field.name, partition_of)
+            if arr is not None:
+                arrays.append(arr)
+                continue
+        src = _fixed_chunks(data.table.column(field.name))
+        if src is not None:
+            values, valid = _gather_sets(src, [source_rows])[0]
+            arrays.append(_fixed_array(src, values, valid))
+            continue
+        if take is None:
+            take = pa.array(source_rows, pa.int64())
+        arrays.append(_combined(data, field.name, columns).take(take))
     return pa.Table.from_arrays(arrays, schema=query.output_schema)
+
+
+def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray):
+    """A partition column at output rows of known partitions: its value at
+    each partition's first row, repeated. None for floats (``-0.0`` and
+    ``0.0`` share a partition but print differently) and other types whose
+    equal keys need not be identical values."""
+    col = data.table.column(name)
+    t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+    if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
+            or pa.types.is_binary(t) or pa.types.is_large_binary(t)
+            or pa.types.is_timestamp(t) or pa.types.is_date(t)):
+        return None
+    small = _take_sorted(col, data.partition_offsets[:-1])
+    if small.null_count or not (pa.types.is_string(t) or pa.types.is_large_string(t)
+                                or pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+        return small.take(pa.array(partition_of, pa.int64()))
+    piece = _string_piece(small)
+    lengths = np.diff(piece.offsets)
+    large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+    total = int(lengths[partition_of].sum()) if len(partition_of) else 0
+    if not large and total >= 2**31:
+        return small.take(pa.array(partition_of, pa.int64()))
+    out_offsets = np.empty(len(partition_of) + 1, np.int64 if large else np.int32)
+    out_data = np.empty(total, np.uint8)
+    G.kernels(len(partition_of) >= G_MIN_ROWS)[1](piece.offsets, piece.data,
+                                                   partition_of.astype(np.int64, copy=False),
+                                                   out_offsets, out_data)
+    return pa.Array.from_buffers(t, len(partition_of),
+                                 [None, pa.py_buffer(out_offsets), pa.py_buffer(out_data)])
 
 
 def _combined(data: SortedInput, name: str, cache: dict):
@@ -283,6 +344,141 @@ def _combined(data: SortedInput, name: str, cache: dict):
         col = cache[name] = chunked.chunk(0) if chunked.num_chunks == 1 else (
             chunked.combine_chunks() if chunked.num_chunks else chunked)
     return col
+
+
+def _take_sorted(col: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
+    """The values at ascending ``rows``, taken chunk by chunk (a take from a
+    chunked column may combine it first), dictionaries decoded."""
+    lengths = [len(c) for c in col.chunks]
+    bounds = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    which = np.searchsorted(bounds, rows, side="right") - 1
+    parts = []
+    for c in np.unique(which).tolist():
+        part = col.chunk(c).take(pa.array(rows[which == c] - bounds[c], pa.int64()))
+        parts.append(part.dictionary_decode() if pa.types.is_dictionary(part.type) else part)
+    if not parts:
+        t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+        return pa.array([], t)
+    return parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+
+
+# ---- fixed-width columns read from their buffers (kernels/gather.py)
+
+# Below this many output rows the plain bodies beat a kernel call's setup
+# (and never wait for a compile).
+G_MIN_ROWS = 20_000
+_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+class _FixedChunks:
+    """A fixed-width column as ``chunks`` of (first row, end row, values as
+    unsigned words of the type's width, validity bytes or None)."""
+
+    __slots__ = ("type", "word", "chunks")
+
+    def __init__(self, type_, word, chunks):
+        self.type, self.word, self.chunks = type_, word, chunks
+
+
+def _fixed_chunks(col) -> Optional[_FixedChunks]:
+    """The column's chunks as numpy views, None for types without a plain
+    fixed-width layout (booleans, decimals, strings, dictionaries)."""
+    t = col.type
+    if not (pa.types.is_integer(t) or t in (pa.float32(), pa.float64())
+            or pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t)
+            or pa.types.is_duration(t)):
+        return None
+    word = _WORDS.get(t.bit_width // 8)
+    if word is None:
+        return None
+    chunks = [c for c in col.chunks if len(c)]
+    if len(chunks) > MANY_CHUNKS and len(col) < CHUNK_MIN_ROWS * len(chunks):
+        chunks = [col.combine_chunks()]
+    out, lo = [], 0
+    for c in chunks:
+        values = np.frombuffer(c.buffers()[1], dtype=word, count=c.offset + len(c))[c.offset:]
+        out.append((lo, lo + len(c), values, _valid_bytes(c)))
+        lo += len(c)
+    return _FixedChunks(t, word, out)
+
+
+_NO_VALID = np.ones(1, np.uint8)
+
+
+def _gather_sets(src: _FixedChunks, sets: list, spans=None) -> list:
+    """(values, validity bytes) of ``src`` at each int64 array of rows in
+    ``sets`` (-1: NULL), all of one length, in as few passes as possible.
+    ``spans(lo, hi)``, if given, bounds the outputs whose rows may lie in
+    rows ``lo .. hi - 1`` (so that each chunk's pass skips the others')."""
+    m = sets[0].shape[0]
+    has_valid = any(valid is not None for _, _, _, valid in src.chunks)
+    # values under NULLs are never read: left as they come
+    outs = [(np.empty(m, src.word), np.zeros(m if has_valid else 1, np.uint8))
+            for _ in sets]
+    gather = G.kernels(m >= G_MIN_ROWS)[0]
+    k_max = G.GATHER_SETS
+    for lo, hi, values, valid in src.chunks:
+        if has_valid and valid is None:
+            valid = np.ones(hi - lo, np.uint8)
+        first_out, end_out = (0, m) if spans is None else spans(lo, hi)
+        for g in range(0, len(sets), k_max):
+            group = list(range(g, min(g + k_max, len(sets))))
+            pad = group + [group[0]] * (k_max - len(group))
+            gather(values, valid if has_valid else _NO_VALID, has_valid, lo, hi, first_out,
+                   end_out, len(group),
+                   *[sets[i] for i in pad], *[outs[i][0] for i in pad],
+                   *[outs[i][1] for i in pad])
+    if has_valid:
+        return outs
+    return [(values, (rows >= 0).view(np.uint8)) for (values, _), rows in zip(outs, sets)]
+
+
+def _partition_spans(offsets: np.ndarray, partition_of: np.ndarray):
+    """``spans`` for :func:`_gather_sets` over outputs in partition order
+    (``partition_of`` ascending) whose rows lie in their partition."""
+    first_out = np.searchsorted(partition_of, np.arange(len(offsets)), side="left")
+
+    def spans(lo: int, hi: int) -> tuple:
+        p_lo = int(np.searchsorted(offsets, lo, side="right")) - 1
+        p_hi = int(np.searchsorted(offsets, hi, side="left"))
+        return int(first_out[max(p_lo, 0)]), int(first_out[min(p_hi, len(offsets) - 1)])
+    return spans
+
+
+def _fixed_array(src: _FixedChunks, values: np.ndarray, valid: np.ndarray) -> pa.Array:
+    m = values.shape[0]
+    nulls = m - int(np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(src.type, m, [bitmap, pa.py_buffer(values)],
+                                 null_count=nulls)
+
+
+# Matches spanning a chunk border beyond which the chunks are combined
+# instead (each such match costs a small copy and a kernel call).
+_MAX_CROSSING = 64
+
+
+def _rows_across(chunks: list, lo: int, hi: int) -> tuple:
+    """(values, valid or None) of rows ``lo .. hi - 1`` copied out of the
+    chunks holding them."""
+    values, valid, any_valid = [], [], False
+    for c_lo, c_hi, v, ok in chunks:
+        a, b = max(lo, c_lo), min(hi, c_hi)
+        if a < b:
+            values.append(v[a - c_lo:b - c_lo] if v is not None else None)
+            valid.append(np.ones(b - a, bool) if ok is None else ok[a - c_lo:b - c_lo])
+            any_valid |= ok is not None
+    v_out = None if not values or values[0] is None else np.concatenate(values)
+    return v_out, (np.concatenate(valid) if any_valid else None)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A measure that is a column's values at some rows, gathered later
+    together with the other measures reading that column."""
+    column: str
+    rows: np.ndarray
+    target: pa.DataType
 
 
 def measure_array(m, vals: list) -> pa.Array:
@@ -341,12 +537,20 @@ class _Vectors:
         self._combined = columns
         self.one_row = query.rows_per_match == "ONE"
         self.n = rows.source.shape[0]
-        self.has = rows.match >= 0
-        mi = np.where(self.has, rows.match, 0)
-        self.mi = mi
-        self.first = ma.label_offsets[mi]
-        self.stop = ma.label_offsets[mi + 1]
-        self.delta = ma.start[mi] - self.first
+        if self.one_row:
+            # output row o is match o: per-match arrays serve as they are
+            # (``mi`` and ``has`` None: no gather, no mask)
+            self.has = self.mi = None
+            self.first = ma.label_offsets[:-1]
+            self.stop = ma.label_offsets[1:]
+            self.delta = ma.start - self.first
+        else:
+            self.has = rows.match >= 0
+            mi = np.where(self.has, rows.match, 0)
+            self.mi = mi
+            self.first = ma.label_offsets[mi]
+            self.stop = ma.label_offsets[mi + 1]
+            self.delta = ma.start[mi] - self.first
         self.current = rows.current
         self.running = rows.running
         ids = {name: i for i, name in enumerate(query.primary_vars)}
@@ -358,8 +562,9 @@ class _Vectors:
         self._part = None
 
     # -------------------------------------------------------- entry point
-    def measure(self, m) -> Optional[pa.Array]:
-        """The measure as an Arrow array of its type, or None: interpret it."""
+    def measure(self, m):
+        """The measure as an Arrow array of its type, a ``_Pending`` gather
+        (see :meth:`resolve`), or None: interpret it."""
         try:
             arr = self._eval(m.expr)
         except _Fallback:
@@ -368,11 +573,62 @@ class _Vectors:
             # A gather or cast Arrow refuses for this column's type: the
             # interpreter computes the measure instead (same answer, slower).
             return None
+        if isinstance(arr, _Pending):
+            return arr if arr.target == m.type.arrow() else None
         return arr if arr.type == m.type.arrow() else None
+
+    def resolve(self, pending: dict) -> dict:
+        """The ``_Pending`` measures (name -> pending) as arrays: each column
+        read once for all the row sets its measures need (row sets shared
+        between measures, e.g. FIRST(A.x) and FIRST(A.y), gathered once);
+        None where the cast to the measure's type fails (interpret it)."""
+        out: dict = {}
+        by_column: dict = {}
+        for name, p in pending.items():
+            by_column.setdefault(p.column, []).append((name, p))
+        for column, items in by_column.items():
+            src = self._fixed(column)
+            sets, slot = [], {}
+            for _, p in items:
+                if id(p.rows) not in slot:
+                    slot[id(p.rows)] = len(sets)
+                    sets.append(p.rows)
+            gathered = _gather_sets(src, sets, self._spans())
+            for name, p in items:
+                arr = _fixed_array(src, *gathered[slot[id(p.rows)]])
+                try:
+                    out[name] = arr if arr.type == p.target else arr.cast(p.target)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                    out[name] = None
+        return out
+
+    def _spans(self):
+        """``spans`` for :func:`_gather_sets`: in ONE ROW a measure's row
+        lies in its match's partition, and matches come in partition order,
+        so the outputs of the partitions overlapping a row range are a range
+        too. None (every output) otherwise."""
+        p = self.ma.partition
+        if not self.one_row or (p.shape[0] > 1 and not bool(np.all(p[1:] >= p[:-1]))):
+            return None
+        return _partition_spans(self.data.partition_offsets, p)
+
+    def _fixed(self, name: str) -> Optional[_FixedChunks]:
+        key = ("fixed", name)
+        if key not in self._cache:
+            self._cache[key] = _fixed_chunks(self.data.table.column(name))
+        return self._cache[key]
+
+    def _at(self, per_match: np.ndarray) -> np.ndarray:
+        """Per-match values at each output row."""
+        return per_match if self.mi is None else per_match[self.mi]
+
+    def _where_has(self, values: np.ndarray, fill) -> np.ndarray:
+        """``values`` where the output row has a match, else ``fill``."""
+        return values if self.has is None else np.where(self.has, values, fill)
 
     def _eval(self, e: A.Expr) -> pa.Array:
         if isinstance(e, A.MatchNumber):
-            return self._ints(self.ma.number[self.mi], self.has)
+            return self._ints(self._at(self.ma.number), self.has)
         if isinstance(e, A.Classifier):
             return self._label_at(self._last_row(e.var))
         if isinstance(e, A.ColumnRef):
@@ -420,6 +676,24 @@ class _Vectors:
             self._cache[key] = got
         return got
 
+    def _final_rows(self, ids, kind: str, k: int) -> np.ndarray:
+        """Per output row of ONE ROW (one per match), the row FIRST/LAST(..,
+        k) lands on over the whole match, -1 for none: found by the kernel
+        that walks the labels, without the elements in between."""
+        key = ("final rows", ids, kind, k)
+        got = self._cache.get(key)
+        if got is None:
+            ma = self.ma
+            first, last = ma.label_offsets[:-1], ma.label_offsets[1:] - 1
+            if ids is None:
+                got = np.where(last + 1 - first > k,
+                               ma.start + k if kind == "FIRST" else ma.end - k, -1)
+            else:
+                got = find_members(self._member(ids), ma.labels, first, last, k,
+                                   kind == "LAST", row_of_lo=ma.start)
+            self._cache[key] = got
+        return got
+
     def _cumulative(self, ids) -> tuple:
         """(prefix counts of the elements mapped to ``ids``, their positions
         followed by a -1 sentinel)."""
@@ -434,7 +708,7 @@ class _Vectors:
     def _landing(self, ids, kind: str, k: int, final: bool) -> np.ndarray:
         """The element FIRST/LAST(.., k) lands on per output row, -1 for none."""
         if final or kind == "FIRST":
-            el = self._per_match_landing(ids, kind, k)[self.mi]
+            el = self._at(self._per_match_landing(ids, kind, k))
             if not final:                           # the k-th first row, if seen yet
                 el = np.where(el <= self.running, el, -1)
         elif ids is None:
@@ -443,7 +717,7 @@ class _Vectors:
             cum, pos = self._cumulative(ids)
             idx = cum[self.running + 1] - 1 - k
             el = pos[np.where(idx >= cum[self.first], idx, -1)]
-        return np.where(self.has, el, -1)
+        return self._where_has(el, -1)
 
     def _to_row(self, el: np.ndarray) -> np.ndarray:
         return np.where(el >= 0, el + self.delta, -1)
@@ -452,13 +726,15 @@ class _Vectors:
         """The interpreter's last_row_of: the current row for the universal
         variable, else the last row mapped to ``var`` up to the running end."""
         if var is None:
-            return np.where(self.has, self.current, -1)
-        return self._to_row(self._landing(self._ids(var), "LAST", 0, self.one_row))
+            return self._where_has(self.current, -1)
+        if self.one_row:
+            return self._final_rows(self._ids(var), "LAST", 0)
+        return self._to_row(self._landing(self._ids(var), "LAST", 0, False))
 
     def _bounds(self) -> tuple:
         if self._part is None:
             offsets = self.data.partition_offsets
-            p = self.ma.partition[self.mi]
+            p = self._at(self.ma.partition)
             self._part = (offsets[p], offsets[p + 1])
         return self._part
 
@@ -468,6 +744,8 @@ class _Vectors:
         if e.kind in ("FIRST", "LAST"):
             # FIRST(A.ts) and FIRST(A.price) land on the same rows: once.
             key = ("rows", self._ids(_nav_var(e.arg)), e.kind, k, self._final(e.semantics))
+            if self.one_row:
+                return self._final_rows(*key[1:4])
             rows = self._cache.get(key)
             if rows is None:
                 rows = self._cache[key] = self._to_row(self._landing(*key[1:]))
@@ -481,12 +759,12 @@ class _Vectors:
         return np.where((base >= 0) & (target >= lo) & (target < hi), target, -1)
 
     # -------------------------------------------------------- values
-    def _ints(self, values: np.ndarray, valid: np.ndarray) -> pa.Array:
-        mask = None if bool(valid.all()) else ~valid
+    def _ints(self, values: np.ndarray, valid: Optional[np.ndarray]) -> pa.Array:
+        mask = None if valid is None or bool(valid.all()) else ~valid
         return pa.array(values.astype(np.int64, copy=False), pa.int64(), mask=mask)
 
-    def _doubles(self, values: np.ndarray, valid: np.ndarray) -> pa.Array:
-        mask = None if bool(valid.all()) else ~valid
+    def _doubles(self, values: np.ndarray, valid: Optional[np.ndarray]) -> pa.Array:
+        mask = None if valid is None or bool(valid.all()) else ~valid
         return pa.array(values, pa.float64(), mask=mask)
 
     def _label_at(self, rows: np.ndarray) -> pa.Array:
@@ -511,7 +789,10 @@ class _Vectors:
             self._decoded[name] = col
         return col
 
-    def _gather(self, ref: A.ColumnRef, rows: np.ndarray) -> pa.Array:
+    def _gather(self, ref: A.ColumnRef, rows: np.ndarray):
+        target = ref.type.arrow()
+        if self._fixed(ref.resolved) is not None:
+            return _Pending(ref.resolved, rows, target)
         col = self._column(ref.resolved)
         if not _gatherable(col.type):
             raise _Fallback
@@ -521,18 +802,35 @@ class _Vectors:
         else:
             idx = pa.array(rows, pa.int64())
         out = col.take(idx)
-        target = ref.type.arrow()
         return out if out.type == target else out.cast(target)
 
-    def _numbers(self, ref: A.ColumnRef, keys: bool) -> tuple:
-        """(values per row as int64 or float64 numpy, valid per row or None
-        when no NULL); with ``keys``, order-preserving keys for MIN/MAX of any
-        orderable type."""
+    def _numbers(self, ref: A.ColumnRef, keys: bool) -> list:
+        """The column's values per row as int64 or float64 numpy, chunk by
+        chunk: [(first row, end row, values, valid per row or None when no
+        NULL)]; with ``keys``, order-preserving keys for MIN/MAX of any
+        orderable type (strings: ranks over the whole column, one chunk)."""
         key = ("numbers", ref.resolved, keys)
         got = self._cache.get(key)
         if got is not None:
             return got
-        col = self._column(ref.resolved)
+        col = self.data.table.column(ref.resolved)
+        t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+        chunks = [c for c in col.chunks if len(c)]
+        if (t in (pa.string(), pa.large_string()) or not chunks
+                or (len(chunks) > MANY_CHUNKS and len(col) < CHUNK_MIN_ROWS * len(chunks))):
+            chunks = [self._column(ref.resolved)]
+        got, lo = [], 0
+        for c in chunks:
+            got.append((lo, lo + len(c), *self._chunk_numbers(c, keys)))
+            lo += len(c)
+        self._cache[key] = got
+        return got
+
+    @staticmethod
+    def _chunk_numbers(col: pa.Array, keys: bool) -> tuple:
+        """(values, valid or None) of one chunk, as :meth:`_numbers` says."""
+        if pa.types.is_dictionary(col.type):
+            col = col.dictionary_decode()
         t = col.type
         valid = None
         if col.null_count:
@@ -561,8 +859,95 @@ class _Vectors:
             nan = np.isnan(values)
             if (nan.any() if valid is None else (nan & valid).any()):
                 raise _Fallback
-        got = self._cache[key] = (values, valid)
-        return got
+        return values, valid
+
+    def _valid_chunks(self, name: str) -> list:
+        """[(first row, end row, None, valid per row or None)] of a column."""
+        col = self.data.table.column(name)
+        out, lo = [], 0
+        for c in col.chunks:
+            valid = None
+            if c.null_count:
+                valid = np.asarray(c.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            out.append((lo, lo + len(c), None, valid))
+            lo += len(c)
+        return out or [(0, 0, None, None)]
+
+    def _chunk_jobs(self, chunks: list) -> Optional[list]:
+        """How the matches split over the chunks of a column: ("run", first
+        match, end match, chunk) for consecutive matches whose rows all lie in
+        one chunk, ("cross", match, match + 1, chunk) for a match spanning a
+        chunk border. None when that takes too many pieces or the matches are
+        not in row order (the caller combines the chunks)."""
+        bounds = tuple((lo, hi) for lo, hi, _, _ in chunks)
+        key = ("jobs", bounds)
+        if key in self._cache:
+            return self._cache[key]
+        ma = self.ma
+        starts = ma.start
+        jobs: Optional[list] = []
+        if starts.shape[0] > 1 and not bool(np.all(starts[1:] >= starts[:-1])):
+            jobs = None
+        else:
+            ends = starts + np.diff(ma.label_offsets)
+            for ci, (lo, hi) in enumerate(bounds):
+                a = int(np.searchsorted(starts, lo, side="left"))
+                b = int(np.searchsorted(starts, hi, side="left"))
+                cross = (np.flatnonzero(ends[a:b] > hi) + a).tolist()
+                if len(cross) > _MAX_CROSSING:
+                    jobs = None
+                    break
+                prev = a
+                for i in cross:
+                    if prev < i:
+                        jobs.append(("run", prev, i, ci))
+                    jobs.append(("cross", i, i + 1, ci))
+                    prev = i + 1
+                if prev < b:
+                    jobs.append(("run", prev, b, ci))
+        self._cache[key] = jobs
+        return jobs
+
+    def _segmented(self, call, chunks: list, ids, per_element: bool, dtype,
+                   rows_out: bool = False) -> tuple:
+        """``call(values, segments, out)`` (a kernels/segmented.py function)
+        over every match, chunk by chunk of the per-row arrays (see
+        :meth:`_chunk_jobs`; no combined copy of a chunked column): (out,
+        whether any call returned True). ``rows_out``: the kernel writes
+        rows, shifted back here from the chunk's numbering."""
+        ma = self.ma
+        member = self._member(ids)
+        if len(chunks) > 1 and self._chunk_jobs(chunks) is None:
+            values = (None if chunks[0][2] is None
+                      else np.concatenate([c[2] for c in chunks]))
+            valid = (None if all(c[3] is None for c in chunks) else np.concatenate(
+                [np.ones(c[1] - c[0], bool) if c[3] is None else c[3] for c in chunks]))
+            chunks = [(0, chunks[-1][1], values, valid)]
+        if len(chunks) == 1:
+            seg = Segments(member, ma.labels, ma.start, ma.label_offsets, chunks[0][3],
+                           per_element)
+            got = call(chunks[0][2], seg, None)
+            return got if isinstance(got, tuple) else (got, False)
+        size = ma.labels.shape[0] if per_element else len(ma)
+        out = np.empty(size, dtype)
+        flag = False
+        compiled = ma.labels.shape[0] >= JIT_MIN_ELEMENTS
+        for kind, a, b, ci in self._chunk_jobs(chunks):
+            lo, hi, values, valid = chunks[ci]
+            if kind == "cross":                # the match's rows, copied out of each chunk
+                lo = int(ma.start[a])
+                values, valid = _rows_across(
+                    chunks, lo, lo + int(ma.label_offsets[b] - ma.label_offsets[a]))
+            seg = Segments(member, ma.labels, ma.start[a:b] - lo, ma.label_offsets[a:b + 1],
+                           valid, per_element, compiled)
+            target = out if per_element else out[a:b]
+            got = call(values, seg, target)
+            flag |= bool(got[1]) if isinstance(got, tuple) else False
+            if rows_out and lo:
+                part = (out[ma.label_offsets[a]:ma.label_offsets[b]] if per_element
+                        else target)
+                part[part >= 0] += lo
+        return out, flag
 
     def _segments(self, ids, valid, per_element: bool) -> Segments:
         ma = self.ma
@@ -572,8 +957,10 @@ class _Vectors:
     def _pick(self, per: np.ndarray, final: bool, fill) -> np.ndarray:
         """Per-match (final) or per-element (running) results at each output row."""
         if final:
-            return np.where(self.has, per[self.mi], fill)
-        ok = self.has & (self.running >= self.first)
+            return self._where_has(self._at(per), fill)
+        ok = self.running >= self.first
+        if self.has is not None:
+            ok &= self.has
         return np.append(per, fill)[np.where(ok, self.running, -1)]
 
     def _aggregate(self, e: A.Aggregate) -> pa.Array:
@@ -582,7 +969,7 @@ class _Vectors:
         if e.star:
             if ids is None:
                 upto = self.stop - 1 if final else self.running
-                return self._ints(np.where(self.has, upto + 1 - self.first, 0), self.has)
+                return self._ints(self._where_has(upto + 1 - self.first, 0), self.has)
             count = segmented_count(self._segments(ids, None, not final))
             return self._ints(self._pick(count, final, 0), self.has)
         if (e.distinct or e.over_order or len(e.args) != 1
@@ -591,28 +978,31 @@ class _Vectors:
             raise _Fallback
         ref = e.args[0]
         if e.name == "COUNT":
-            col = self._column(ref.resolved)
-            valid = None
-            if col.null_count:
-                valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-            count = segmented_count(self._segments(ids, valid, not final))
+            count, _ = self._segmented(lambda v, seg, out: segmented_count(seg, out),
+                                       self._valid_chunks(ref.resolved), ids, not final,
+                                       np.int64)
             return self._ints(self._pick(count, final, 0), self.has)
         if e.name in ("SUM", "AVG") and ref.type.kind not in ("BIGINT", "DOUBLE"):
             raise _Fallback
-        values, valid = self._numbers(ref, e.name in ("MIN", "MAX"))
-        seg = self._segments(ids, valid, not final)
+        chunks = self._numbers(ref, e.name in ("MIN", "MAX"))
         if e.name in ("MIN", "MAX"):
-            return self._gather(ref, self._pick(segmented_arg_extreme(values, seg,
-                                                                      e.name == "MAX"),
-                                                final, -1))
-        sums, overflow = segmented_sum(values, seg)
+            want_max = e.name == "MAX"
+            rows, _ = self._segmented(
+                lambda v, seg, out: segmented_arg_extreme(v, seg, want_max, out), chunks, ids,
+                not final, np.int64, rows_out=True)
+            return self._gather(ref, self._pick(rows, final, -1))
+        floats = chunks[0][2].dtype.kind == "f"
+        sums, overflow = self._segmented(lambda v, seg, out: segmented_sum(v, seg, out), chunks,
+                                         ids, not final, np.float64 if floats else np.int64)
         if overflow:
             raise _Fallback          # the interpreter raises (SUM) or is exact (AVG)
-        count = self._pick(segmented_count(seg), final, 0)
-        some = self.has & (count > 0)
+        count, _ = self._segmented(lambda v, seg, out: segmented_count(seg, out), chunks, ids,
+                                   not final, np.int64)
+        count = self._pick(count, final, 0)
+        some = count > 0 if self.has is None else self.has & (count > 0)
         total = self._pick(sums, final, 0)
         if e.name == "SUM":
-            if values.dtype.kind == "f":
+            if floats:
                 return self._doubles(total, some)
             return self._ints(total, some)
         return self._doubles(total.astype(np.float64) / np.where(some, count, 1), some)

@@ -20,6 +20,7 @@ Cost: one pass over the elements, O(total match length).
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 
@@ -124,10 +125,13 @@ def segment_arg_extreme(keys, valid, has_valid, member, labels, starts, offsets,
             out[i] = best
 
 
-def find_member(member, labels, lo, hi, k, from_end, out):
+def find_member(member, labels, lo, hi, k, from_end, row_of_lo, out):
     """Per query q, the k-th (0-based) element of lo[q]..hi[q] (inclusive)
     whose label is a member, counted from hi[q] backwards if ``from_end``;
-    -1 if there are not that many. Cost: the elements walked."""
+    -1 if there are not that many. With ``row_of_lo`` (length > 0) the
+    element's row instead, ``row_of_lo[q]`` being element lo[q]'s. Cost: the
+    elements walked."""
+    to_rows = row_of_lo.shape[0] > 0
     for q in range(lo.shape[0]):
         found = -1
         c = 0
@@ -149,6 +153,8 @@ def find_member(member, labels, lo, hi, k, from_end, out):
                         break
                     c += 1
                 e += 1
+        if to_rows and found >= 0:
+            found += row_of_lo[q] - lo[q]
         out[q] = found
 
 
@@ -180,6 +186,7 @@ def kernels(n: int, compiled=None) -> tuple:
 
 
 _NO_VALID = np.ones(1, dtype=bool)
+_NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 class Segments:
@@ -202,8 +209,9 @@ class Segments:
                 self.per_element)
 
 
-def segmented_count(seg: Segments) -> np.ndarray:
-    """Counted elements per segment (or so far, per element).
+def segmented_count(seg: Segments, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Counted elements per segment (or so far, per element). ``out``: where
+to write (``seg.size`` slots), else a new array; the same for the others.
 
     >>> import numpy as np
     >>> seg = Segments(np.array([True, False]), np.array([0, 1, 0, 0], np.int16),
@@ -211,12 +219,13 @@ def segmented_count(seg: Segments) -> np.ndarray:
     >>> segmented_count(seg).tolist()
     [1, 1, 1, 2]
     """
-    out = np.empty(seg.size, dtype=np.int64)
+    if out is None:
+        out = np.empty(seg.size, dtype=np.int64)
     seg.k[0](*seg.args(), out)
     return out
 
 
-def segmented_sum(values: np.ndarray, seg: Segments):
+def segmented_sum(values: np.ndarray, seg: Segments, out: Optional[np.ndarray] = None):
     """Sums of ``values`` (per row; int64 or float64) over the counted
     elements. Returns ``(sums, overflow)``; ``overflow``: an int64 sum left
     the BIGINT range (``sums`` is then incomplete).
@@ -229,14 +238,17 @@ def segmented_sum(values: np.ndarray, seg: Segments):
     ([3, 4], False)
     """
     if values.dtype.kind == "f":
-        out = np.empty(seg.size, dtype=np.float64)
+        if out is None:
+            out = np.empty(seg.size, dtype=np.float64)
         seg.k[2](values, *seg.args(), COMPENSATED_SUM, out)
         return out, False
-    out = np.empty(seg.size, dtype=np.int64)
+    if out is None:
+        out = np.empty(seg.size, dtype=np.int64)
     return out, bool(seg.k[1](values, *seg.args(), out))
 
 
-def segmented_arg_extreme(keys: np.ndarray, seg: Segments, want_max: bool) -> np.ndarray:
+def segmented_arg_extreme(keys: np.ndarray, seg: Segments, want_max: bool,
+                          out: Optional[np.ndarray] = None) -> np.ndarray:
     """The row of the MIN/MAX of ``keys`` (per row) over the counted elements,
     the first of equal keys; -1 where none.
 
@@ -246,15 +258,18 @@ def segmented_arg_extreme(keys: np.ndarray, seg: Segments, want_max: bool) -> np
     >>> segmented_arg_extreme(np.array([3, 1, 1, 5, 0]), seg, False).tolist()
     [0, 1, 1, 3]
     """
-    out = np.empty(seg.size, dtype=np.int64)
+    if out is None:
+        out = np.empty(seg.size, dtype=np.int64)
     seg.k[3](keys, *seg.args(), bool(want_max), out)
     return out
 
 
 def find_members(member: np.ndarray, labels: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                 k: int, from_end: bool, compiled=None) -> np.ndarray:
+                 k: int, from_end: bool, compiled=None,
+                 row_of_lo: Optional[np.ndarray] = None) -> np.ndarray:
     """Per query, the k-th member element of ``lo..hi`` from the start (or
-    from the end), -1 if none (FIRST/LAST landing per match).
+    from the end), -1 if none (FIRST/LAST landing per match); with
+    ``row_of_lo`` (the row of each ``lo`` element) its row instead.
 
     >>> import numpy as np
     >>> find_members(np.array([False, True]), np.array([1, 0, 1, 1], np.int16),
@@ -262,5 +277,7 @@ def find_members(member: np.ndarray, labels: np.ndarray, lo: np.ndarray, hi: np.
     [2, 2]
     """
     out = np.empty(lo.shape[0], dtype=np.int64)
-    kernels(labels.shape[0], compiled)[4](member, labels, lo, hi, int(k), bool(from_end), out)
+    rows = _NO_ROWS if row_of_lo is None else row_of_lo
+    kernels(labels.shape[0], compiled)[4](member, labels, lo, hi, int(k), bool(from_end), rows,
+                                          out)
     return out

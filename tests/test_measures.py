@@ -284,11 +284,14 @@ def test_segmented_kernels_against_python(seg_args, data):
                     lo_q, hi_q = offsets[:-1], offsets[1:] - 1
                     got = segmented.find_members(member, labels, lo_q, hi_q, k, from_end,
                                                  compiled)
+                    rows = segmented.find_members(member, labels, lo_q, hi_q, k, from_end,
+                                                  compiled, row_of_lo=starts)
                     for q in range(lo_q.shape[0]):
                         els = [e for e in range(lo_q[q], hi_q[q] + 1) if member[labels[e]]]
                         if from_end:
                             els.reverse()
                         assert got[q] == (els[k] if k < len(els) else -1)
+                        assert rows[q] == (els[k] - lo_q[q] + starts[q] if k < len(els) else -1)
 
 
 def _one_segment(n: int, compiled: bool):
@@ -328,6 +331,31 @@ def test_compiled_kernels_in_assembly(monkeypatch):
         both("PARTITION BY p ORDER BY ts MEASURES FIRST(B.price) AS fb, LAST(B.vol, 1) AS lb, "
              "SUM(price) AS sp, FINAL AVG(B.vol) AS ab, MAX(C.price) AS mx, COUNT(B.*) AS cb, "
              f"COUNT(vol) AS cv, MIN(vol) AS mv {rows} PATTERN (A B+ C+) "
+             "DEFINE B AS price < PREV(price), C AS price > PREV(price)", t)
+
+
+@pytest.mark.parametrize("max_crossing", [0, 64])
+def test_chunked_columns_in_assembly(monkeypatch, max_crossing):
+    """Columns in chunks (one sliced, one dictionary-encoded) with matches
+    across the borders, compiled kernels: the interpreter's table, whether
+    the crossing matches run one by one or the chunks are combined."""
+    monkeypatch.setattr(segmented, "JIT_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(measures, "G_MIN_ROWS", 0)
+    monkeypatch.setattr(measures, "_MAX_CROSSING", max_crossing)
+    n = 700
+    rng = np.random.default_rng(2)
+    t = pa.table({"p": pa.array(np.repeat(["x", "y"], n // 2)).dictionary_encode(),
+                  "ts": pa.array(np.arange(n) * 1000, pa.timestamp("ms")),
+                  "price": np.round(rng.random(n) * 100, 2),
+                  "vol": pa.array(np.where(rng.random(n) < 0.1, None, rng.integers(0, 50, n)),
+                                  pa.int32())})
+    t = pa.concat_tables([t.slice(0, 101), t.slice(101, 1), t.slice(102, 300),
+                          t.slice(402)])
+    for rows in ("ONE ROW PER MATCH", "ALL ROWS PER MATCH"):
+        both("PARTITION BY p ORDER BY ts MEASURES FIRST(B.price) AS fb, LAST(B.vol, 1) AS lb, "
+             "SUM(price) AS sp, FINAL AVG(B.vol) AS ab, MAX(C.price) AS mx, COUNT(B.*) AS cb, "
+             "COUNT(vol) AS cv, MIN(vol) AS mv, FIRST(ts) AS t0, MIN(C.ts) AS tc, "
+             f"PREV(A.ts) AS pt {rows} PATTERN (A B+ C+) "
              "DEFINE B AS price < PREV(price), C AS price > PREV(price)", t)
 
 
@@ -408,7 +436,7 @@ def tables(draw):
 
     def col(values, nulls=True):
         return [draw(st.none() | values) if nulls else draw(values) for _ in range(n)]
-    return pa.table({
+    table = pa.table({
         "p": pa.array(col(st.integers(0, 1), nulls=False), pa.int64()),
         "ts": pa.array(range(n), pa.int64()),
         "a": pa.array(col(st.integers(0, 3)), pa.int64()),
@@ -419,6 +447,13 @@ def tables(draw):
         "i": pa.array(col(st.integers(-128, 127)), pa.int8()),
         "big": pa.array(col(st.sampled_from([2**62, -2**62, 3, 2**63 - 1])), pa.int64()),
     })
+    # chunked tables: gathers and segmented aggregates run chunk by chunk,
+    # matches spanning chunk borders on their own
+    cuts = sorted(draw(st.lists(st.integers(0, n), max_size=3)))
+    if cuts:
+        table = pa.concat_tables([table.slice(a, b - a)
+                                  for a, b in zip([0] + cuts, cuts + [n])])
+    return table
 
 
 def _outcome(fn):

@@ -1,0 +1,117 @@
+"""Gathers of column values at output rows (MEASURES and output assembly).
+
+What: ``gather_fixed`` copies the values of a fixed-width column (ints,
+floats, dates, timestamps: read as unsigned words of their width) at up to
+``GATHER_SETS`` arrays of row numbers at once, -1 meaning "no row" (a NULL),
+with the validity of each value where the column has NULLs, from one chunk
+of the column (rows outside the chunk are left alone: the caller runs it
+once per chunk).
+``repeat_strings`` repeats the values of a small string array (the partition
+keys, one per partition) into an Arrow string layout.
+Why: an Arrow ``take`` per measure reads the column once per measure (each
+output row's value sits in a cache line of its own), builds an index array
+with a NULL mask first, and needs a combined copy of a chunked column; one
+pass here fetches every value the measures need from the same rows of a
+match (FIRST, LAST, MIN of one column lie a few rows apart) while their
+cache lines are in, straight from the chunk's buffers.
+Cost: O(output rows x row sets) per chunk, one cache line per distinct row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    from numba.extending import register_jitable
+except ImportError:                  # the plain bodies still run without numba
+    def register_jitable(fn):
+        return fn
+
+# Row sets one call gathers (the arity of gather_fixed).
+GATHER_SETS = 4
+
+
+# Output rows per block: every row set's loop over a block runs while the
+# block's source cache lines are still in (the sets' rows lie close together).
+GATHER_BLOCK = 1024
+
+
+@register_jitable
+def gather_block(values, valid, has_valid, lo, hi, rows, out, out_valid, a, b):
+    """Outputs ``a .. b - 1`` of one row set (a loop of its own: a simple
+    loop per set runs about twice as fast as one loop over every set)."""
+    n = hi - lo
+    for o in range(a, b):
+        r = rows[o] - lo
+        if r >= 0 and r < n:
+            out[o] = values[r]
+            if has_valid:
+                out_valid[o] = valid[r]
+
+
+def gather_fixed(values, valid, has_valid, lo, hi, first_out, end_out, k, rows0, rows1, rows2,
+                 rows3, out0, out1, out2, out3, valid0, valid1, valid2, valid3):
+    """For the first ``k`` row sets and outputs ``first_out .. end_out - 1``:
+    ``out[o] = values[rows[o] - lo]`` where ``lo <= rows[o] < hi``, and with
+    ``has_valid`` ``valid_out[o]`` = the chunk's ``valid`` byte there; other
+    outputs untouched."""
+    for a in range(first_out, end_out, GATHER_BLOCK):
+        b = min(a + GATHER_BLOCK, end_out)
+        gather_block(values, valid, has_valid, lo, hi, rows0, out0, valid0, a, b)
+        if k > 1:
+            gather_block(values, valid, has_valid, lo, hi, rows1, out1, valid1, a, b)
+        if k > 2:
+            gather_block(values, valid, has_valid, lo, hi, rows2, out2, valid2, a, b)
+        if k > 3:
+            gather_block(values, valid, has_valid, lo, hi, rows3, out3, valid3, a, b)
+
+
+def repeat_strings(src_offsets, src_data, index, out_offsets, out_data):
+    """Value ``index[o]`` of the source (Arrow offsets, sliced to its rows,
+    and data) as value ``o`` of the output; ``out_offsets`` has
+    ``len(index) + 1`` slots and ``out_data`` the total length. A run of one
+    value (a partition's matches) is written by doubling copies."""
+    m = index.shape[0]
+    out_offsets[0] = 0
+    pos = 0
+    o = 0
+    while o < m:
+        i = index[o]
+        a = src_offsets[i]
+        length = src_offsets[i + 1] - a
+        e = o + 1
+        while e < m and index[e] == i:
+            e += 1
+        for j in range(e - o):
+            out_offsets[o + j + 1] = pos + (j + 1) * length
+        total = (e - o) * length
+        if total > 0:
+            out_data[pos:pos + length] = src_data[a:a + length]
+            done = length
+            while done < total:
+                step = min(done, total - done)
+                out_data[pos + done:pos + done + step] = out_data[pos:pos + step]
+                done += step
+        pos += total
+        o = e
+
+
+DRIVERS = (gather_fixed, repeat_strings)
+_compiled = None
+
+
+def kernels(compiled: bool = True) -> tuple:
+    """``DRIVERS`` compiled with numba (cached on disk) when ``compiled`` and
+    numba is installed, else the plain bodies."""
+    global _compiled
+    if not compiled:
+        return DRIVERS
+    if _compiled is None:
+        try:
+            import numba
+        except ImportError:
+            _compiled = False
+            return DRIVERS
+        jit = numba.njit(nogil=True, cache=True)
+        _compiled = tuple(jit(f) for f in DRIVERS)
+    return _compiled or DRIVERS

@@ -1,0 +1,68 @@
+"""The gather kernels of MEASURES (kernels/gather.py) and the column gathers
+of measures.py built on them, against numpy and Arrow ``take``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from gpu_mr import measures
+from gpu_mr.kernels import gather as G
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("n_sets", [1, 3, 6])
+@pytest.mark.parametrize("nulls", [False, True])
+def test_gather_sets_matches_take(compiled, n_sets, nulls, monkeypatch):
+    """Several row sets (-1 for none) from a column in chunks of uneven
+    size, one of them sliced, with and without NULLs."""
+    monkeypatch.setattr(measures, "G_MIN_ROWS", 0 if compiled else 10**9)
+    rng = np.random.default_rng(n_sets)
+    n = 3000
+    values = rng.integers(-2**40, 2**40, n + 5)
+    mask = rng.random(n + 5) < 0.2 if nulls else None
+    base = pa.array(values, pa.int64(), mask=mask).slice(5)
+    col = pa.chunked_array([base.slice(0, 1000), base.slice(1000, 1), base.slice(1001)])
+    for typ in (pa.int64(), pa.timestamp("ms"), pa.float64(), pa.int32(), pa.date32()):
+        if typ == pa.date32():
+            typed = pa.chunked_array([c.cast(pa.int32(), safe=False).view(typ)
+                                      for c in col.chunks])
+        else:
+            typed = pa.chunked_array([c.cast(typ, safe=False) for c in col.chunks])
+        src = measures._fixed_chunks(typed)
+        sets = [np.where(rng.random(500) < 0.1, -1, rng.integers(0, n, 500)).astype(np.int64)
+                for _ in range(n_sets)]
+        combined = typed.combine_chunks()
+        for rows, (vals, valid) in zip(sets, measures._gather_sets(src, sets)):
+            got = measures._fixed_array(src, vals, valid)
+            idx = pa.array(np.where(rows < 0, 0, rows), pa.int64(), mask=rows < 0)
+            assert got.equals(combined.take(idx))
+
+
+def test_gather_spans_skip_other_partitions():
+    """With spans, each chunk's pass covers only the outputs of the
+    partitions overlapping it; the result is the same."""
+    offsets = np.array([0, 4, 10, 10, 16], np.int64)        # an empty partition
+    col = pa.chunked_array([pa.array(np.arange(7)), pa.array(np.arange(7, 16))])
+    partition_of = np.array([0, 0, 1, 3, 3, 3], np.int64)
+    rows = np.array([1, 3, 6, 10, -1, 15], np.int64)
+    spans = measures._partition_spans(offsets, partition_of)
+    assert spans(0, 7) == (0, 3) and spans(7, 16) == (2, 6)
+    src = measures._fixed_chunks(col)
+    vals, valid = measures._gather_sets(src, [rows], spans)[0]
+    assert measures._fixed_array(src, vals, valid).to_pylist() == [1, 3, 6, 10, None, 15]
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_repeat_strings(compiled):
+    src = pa.array(["", "ab", "ä😀", "x" * 40], pa.large_string())
+    index = np.array([0, 1, 1, 1, 3, 3, 2, 1, 0, 0, 2], np.int64)
+    piece = measures._string_piece(src)
+    lengths = np.diff(piece.offsets)
+    out_offsets = np.empty(len(index) + 1, np.int64)
+    out_data = np.empty(int(lengths[index].sum()), np.uint8)
+    G.kernels(compiled)[1](piece.offsets, piece.data, index, out_offsets, out_data)
+    got = pa.Array.from_buffers(pa.large_string(), len(index),
+                                [None, pa.py_buffer(out_offsets), pa.py_buffer(out_data)])
+    assert got.to_pylist() == src.take(pa.array(index)).to_pylist()
