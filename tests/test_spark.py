@@ -308,7 +308,25 @@ def _statement(case) -> tuple[str, dict, int]:
         return spec["sql"], tables, 0
     table = build_table(spec["input"]) if "input" in spec else build_table(
         case.tables[spec["table"]])
+    if not _balanced(spec["query"]):
+        # No statement can hold it: the clause goes through the DataFrame API.
+        return None, {"t": table}, 0
     return f"SELECT * FROM t MATCH_RECOGNIZE (\n{spec['query']}\n) AS m", {"t": table}, 1
+
+
+def _balanced(clause: str) -> bool:
+    from gpu_mr.outer_sql import _parenthesis_pairs, _tokens
+    try:
+        _parenthesis_pairs(_tokens(clause))
+    except SqlSyntaxError:
+        return False
+    return True
+
+
+def _run(spark, case, text):
+    if text is None:
+        return gspark.match_recognize(spark.table("t"), case.spec["query"])
+    return gspark.sql(spark, text)
 
 
 @pytest.mark.parametrize("case", _spark_cases(), ids=lambda c: c.id)
@@ -324,7 +342,7 @@ def test_conformance_through_spark_sql(spark, case):
         if "error" in spec:
             want = spec["error"]
             with pytest.raises(Exception) as info:
-                gspark.sql(spark, text).collect()
+                _run(spark, case, text).collect()
             err = gspark.translate_error(info.value)
             assert err is not None, f"not a gpu_mr error: {str(info.value)[:500]}"
             if isinstance(err, UnsupportedError) and err.engine == "spark":
@@ -340,7 +358,7 @@ def test_conformance_through_spark_sql(spark, case):
                 assert getattr(err, "column", None) == want["column"], str(err)
             return
         try:
-            result = gspark.sql(spark, text).toArrow()
+            result = _run(spark, case, text).toArrow()
         except GpuMrError as err:
             if err.code in ("outer_sql", "outer_syntax") or isinstance(err, UnsupportedError):
                 pytest.xfail(f"not Spark SQL (the case is written for DuckDB): {err}")
@@ -383,3 +401,11 @@ def test_single_partition_of_5e7_rows_completes(tmp_path):
                           capture_output=True, text=True, timeout=3600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "single partition of 50,000,000 rows" in proc.stdout
+
+
+def test_demo_entry_point_the_images_run(spark, capsys):
+    from gpu_mr.spark import demo
+    assert demo.main(["--rows", "3000", "--symbols", "3"], spark=spark) == 0
+    out = capsys.readouterr().out
+    assert "identical to gpu_mr.match_recognize in process: True" in out
+    spark.catalog.dropTempView("ticks")
