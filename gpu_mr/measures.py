@@ -137,6 +137,28 @@ class OutputRows:
     running: np.ndarray
 
 
+class _OneRowPerMatch:
+    """:class:`OutputRows` of ONE ROW PER MATCH (output row i: match i),
+    each array built on first read: vectorised measures mostly need none."""
+
+    def __init__(self, ma: MatchArrays):
+        self._ma = ma
+        self.source = ma.start
+
+    @property
+    def match(self) -> np.ndarray:
+        return np.arange(len(self._ma), dtype=np.int64)
+
+    @property
+    def current(self) -> np.ndarray:
+        ma = self._ma
+        return np.where(ma.end < ma.start, -1, ma.end)
+
+    @property
+    def running(self) -> np.ndarray:
+        return self._ma.label_offsets[1:] - 1
+
+
 def output_rows(query: CheckedQuery, data: SortedInput, ma: MatchArrays) -> OutputRows:
     """The output rows of ``query`` over ``ma`` (for ALL ROWS, ``ma`` must be
     in partition order; match order within a partition is kept)."""
@@ -144,8 +166,7 @@ def output_rows(query: CheckedQuery, data: SortedInput, ma: MatchArrays) -> Outp
     first, nxt = ma.label_offsets[:-1], ma.label_offsets[1:]
     empty = end < start
     if query.rows_per_match == "ONE":
-        return OutputRows(start, np.arange(len(ma), dtype=np.int64),
-                          np.where(empty, -1, end), nxt - 1)
+        return _OneRowPerMatch(ma)
     if not ma.excluded.any() and not empty.any():
         # the usual case: every row of every match, in match order
         mid = np.repeat(np.arange(len(ma), dtype=np.int64), nxt - first)
@@ -323,7 +344,7 @@ def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray):
     piece = _string_piece(small)
     lengths = np.diff(piece.offsets)
     large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
-    total = int(lengths[partition_of].sum()) if len(partition_of) else 0
+    total = int(np.bincount(partition_of, minlength=len(lengths)) @ lengths)
     if not large and total >= 2**31:
         return small.take(pa.array(partition_of, pa.int64()))
     out_offsets = np.empty(len(partition_of) + 1, np.int64 if large else np.int32)
@@ -537,22 +558,20 @@ class _Vectors:
         self._combined = columns
         self.one_row = query.rows_per_match == "ONE"
         self.n = rows.source.shape[0]
+        self._rows = rows
+        self._delta = self._current = self._running = None
         if self.one_row:
             # output row o is match o: per-match arrays serve as they are
             # (``mi`` and ``has`` None: no gather, no mask)
             self.has = self.mi = None
             self.first = ma.label_offsets[:-1]
             self.stop = ma.label_offsets[1:]
-            self.delta = ma.start - self.first
         else:
             self.has = rows.match >= 0
             mi = np.where(self.has, rows.match, 0)
             self.mi = mi
             self.first = ma.label_offsets[mi]
             self.stop = ma.label_offsets[mi + 1]
-            self.delta = ma.start[mi] - self.first
-        self.current = rows.current
-        self.running = rows.running
         ids = {name: i for i, name in enumerate(query.primary_vars)}
         self.var_ids = {name: (i,) for name, i in ids.items()}
         for name, members in query.subsets.items():
@@ -560,6 +579,25 @@ class _Vectors:
         self._cache: dict = {}
         self._decoded: dict = {}
         self._part = None
+
+    # built on first read (ONE ROW's common measures need none of them)
+    @property
+    def delta(self) -> np.ndarray:
+        if self._delta is None:
+            self._delta = self._at(self.ma.start) - self.first
+        return self._delta
+
+    @property
+    def current(self) -> np.ndarray:
+        if self._current is None:
+            self._current = self._rows.current
+        return self._current
+
+    @property
+    def running(self) -> np.ndarray:
+        if self._running is None:
+            self._running = self._rows.running
+        return self._running
 
     # -------------------------------------------------------- entry point
     def measure(self, m):
@@ -854,12 +892,8 @@ class _Vectors:
             col = col.cast(kind)
         if col.null_count:
             col = col.fill_null(0)
-        values = np.ascontiguousarray(col.to_numpy(zero_copy_only=False))
-        if kind == pa.float64():
-            nan = np.isnan(values)
-            if (nan.any() if valid is None else (nan & valid).any()):
-                raise _Fallback
-        return values, valid
+        # NaN: the kernels report a counted one (the caller falls back)
+        return np.ascontiguousarray(col.to_numpy(zero_copy_only=False)), valid
 
     def _valid_chunks(self, name: str) -> list:
         """[(first row, end row, None, valid per row or None)] of a column."""
@@ -968,6 +1002,8 @@ class _Vectors:
         ids = self._ids(e.var)
         if e.star:
             if ids is None:
+                if self.one_row:
+                    return self._ints(np.diff(self.ma.label_offsets), None)
                 upto = self.stop - 1 if final else self.running
                 return self._ints(self._where_has(upto + 1 - self.first, 0), self.has)
             count = segmented_count(self._segments(ids, None, not final))
@@ -987,15 +1023,18 @@ class _Vectors:
         chunks = self._numbers(ref, e.name in ("MIN", "MAX"))
         if e.name in ("MIN", "MAX"):
             want_max = e.name == "MAX"
-            rows, _ = self._segmented(
-                lambda v, seg, out: segmented_arg_extreme(v, seg, want_max, out), chunks, ids,
-                not final, np.int64, rows_out=True)
+            rows, nan = self._segmented(
+                lambda v, seg, out: segmented_arg_extreme(v, seg, want_max, out, True), chunks,
+                ids, not final, np.int64, rows_out=True)
+            if nan:
+                raise _Fallback      # Python's min/max with NaN depends on the order
             return self._gather(ref, self._pick(rows, final, -1))
         floats = chunks[0][2].dtype.kind == "f"
         sums, overflow = self._segmented(lambda v, seg, out: segmented_sum(v, seg, out), chunks,
                                          ids, not final, np.float64 if floats else np.int64)
         if overflow:
-            raise _Fallback          # the interpreter raises (SUM) or is exact (AVG)
+            # the interpreter raises (SUM) or is exact (AVG); NaN: its rules
+            raise _Fallback
         count, _ = self._segmented(lambda v, seg, out: segmented_count(seg, out), chunks, ids,
                                    not final, np.int64)
         count = self._pick(count, final, 0)

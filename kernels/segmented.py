@@ -75,7 +75,8 @@ def segment_sum_float(values, valid, has_valid, member, labels, starts, offsets,
                       compensated, out):
     """Float64 sums so far, as Python's ``sum`` of the values: ``0 + x0``
     first, then left to right, compensated on Python >= 3.12 (Neumaier, with
-    CPython's final correction rule)."""
+    CPython's final correction rule). True when a counted value is NaN."""
+    nan = False
     for i in range(offsets.shape[0] - 1):
         f = 0.0
         c = 0.0
@@ -84,6 +85,7 @@ def segment_sum_float(values, valid, has_valid, member, labels, starts, offsets,
         for e in range(offsets[i], offsets[i + 1]):
             if member[labels[e]] and (not has_valid or valid[base + e]):
                 x = float(values[base + e])
+                nan |= x != x
                 if n == 0:
                     f = 0.0 + x
                 elif compensated:
@@ -100,18 +102,22 @@ def segment_sum_float(values, valid, has_valid, member, labels, starts, offsets,
                 out[e] = f + c if compensated and c != 0.0 and math.isfinite(c) else f
         if not per_element:
             out[i] = f + c if compensated and c != 0.0 and math.isfinite(c) else f
+    return nan
 
 
 def segment_arg_extreme(keys, valid, has_valid, member, labels, starts, offsets, per_element,
                         want_max, out):
     """The row of the MIN (MAX if ``want_max``) key so far, the first of
-    equal ones (as Python's ``min``/``max``); -1 before any."""
+    equal ones (as Python's ``min``/``max``); -1 before any. True when a
+    counted key is NaN (where Python's answer depends on the order)."""
+    nan = False
     for i in range(offsets.shape[0] - 1):
         best = -1
         base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
             r = base + e
             if member[labels[e]] and (not has_valid or valid[r]):
+                nan |= keys[r] != keys[r]
                 if best < 0:
                     best = r
                 elif want_max:
@@ -123,6 +129,7 @@ def segment_arg_extreme(keys, valid, has_valid, member, labels, starts, offsets,
                 out[e] = best
         if not per_element:
             out[i] = best
+    return nan
 
 
 def find_member(member, labels, lo, hi, k, from_end, row_of_lo, out):
@@ -227,8 +234,9 @@ to write (``seg.size`` slots), else a new array; the same for the others.
 
 def segmented_sum(values: np.ndarray, seg: Segments, out: Optional[np.ndarray] = None):
     """Sums of ``values`` (per row; int64 or float64) over the counted
-    elements. Returns ``(sums, overflow)``; ``overflow``: an int64 sum left
-    the BIGINT range (``sums`` is then incomplete).
+    elements. Returns ``(sums, inexact)``; ``inexact``: an int64 sum left
+    the BIGINT range (``sums`` is then incomplete), or a float value counted
+    was NaN.
 
     >>> import numpy as np
     >>> seg = Segments(np.array([True]), np.zeros(4, np.int16), np.array([0, 2]),
@@ -240,17 +248,17 @@ def segmented_sum(values: np.ndarray, seg: Segments, out: Optional[np.ndarray] =
     if values.dtype.kind == "f":
         if out is None:
             out = np.empty(seg.size, dtype=np.float64)
-        seg.k[2](values, *seg.args(), COMPENSATED_SUM, out)
-        return out, False
+        return out, bool(seg.k[2](values, *seg.args(), COMPENSATED_SUM, out))
     if out is None:
         out = np.empty(seg.size, dtype=np.int64)
     return out, bool(seg.k[1](values, *seg.args(), out))
 
 
 def segmented_arg_extreme(keys: np.ndarray, seg: Segments, want_max: bool,
-                          out: Optional[np.ndarray] = None) -> np.ndarray:
+                          out: Optional[np.ndarray] = None, report_nan: bool = False):
     """The row of the MIN/MAX of ``keys`` (per row) over the counted elements,
-    the first of equal keys; -1 where none.
+    the first of equal keys; -1 where none. With ``report_nan``, ``(rows,
+    whether a counted key was NaN)``.
 
     >>> import numpy as np
     >>> seg = Segments(np.array([True]), np.zeros(4, np.int16), np.array([0, 3]),
@@ -260,8 +268,8 @@ def segmented_arg_extreme(keys: np.ndarray, seg: Segments, want_max: bool,
     """
     if out is None:
         out = np.empty(seg.size, dtype=np.int64)
-    seg.k[3](keys, *seg.args(), bool(want_max), out)
-    return out
+    nan = seg.k[3](keys, *seg.args(), bool(want_max), out)
+    return (out, bool(nan)) if report_nan else out
 
 
 def find_members(member: np.ndarray, labels: np.ndarray, lo: np.ndarray, hi: np.ndarray,
