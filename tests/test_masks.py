@@ -341,6 +341,15 @@ def test_decimals_are_exact():
     differential("d > 0.2", t)
 
 
+def test_decimal_modulo_by_an_integer_too_large_to_scale_is_no_division_by_zero():
+    # d % i scales i to d's scale; 2**63-1 overflows there, which once read
+    # as a zero divisor (a DataError) where the interpreter gives 0.
+    t = pa.table({"p": [0, 0], "id": [0, 1],
+                  "d": pa.array([Decimal("0.00"), Decimal("1.50")], pa.decimal128(10, 2)),
+                  "i": pa.array([2 ** 63 - 1, 0], pa.int64())})
+    differential("d % i = 0", t)
+
+
 def test_transcendental_functions_are_bit_identical_to_math():
     rng = np.random.default_rng(7)
     xs = np.concatenate([rng.uniform(-5, 710, 400), [0.0, -1.0, 1e-310, float("inf")]])

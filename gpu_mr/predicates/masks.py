@@ -1144,7 +1144,9 @@ class _Eval:
                     r, over = _checked(op, x, y)
                     zero = None
                 elif op == "%":
-                    zero = ok & (y == 0)
+                    # Zero before scaling: a divisor that overflows when
+                    # scaled is unsupported below, not a division by zero.
+                    zero = ok & (b.values == 0)
                     _, r, _ = _divmod_trunc(x, y)
                     over = np.zeros(self.n, dtype=bool)
                 else:
