@@ -582,6 +582,42 @@ def _offsets_from_ties(kernels, undecided: np.ndarray, n: int) -> np.ndarray:
                       m - np.count_nonzero(ties), n)
 
 
+def _fused_pass(kernels, keys: list, n_partition: int, n: int
+                ) -> Optional[tuple[bool, Optional[np.ndarray]]]:
+    """The one-pass check of a string partition key and a numeric order key
+    without NULLs, chunks aligned (kernels/frames_kernels.py,
+    ``string_then_number``); None when the keys are not of that shape (the
+    per-key passes take them)."""
+    if n_partition != 1 or len(keys) != 2 or keys[0][0].null_count or keys[1][0].null_count:
+        return None
+    strings, numbers = _pieces(keys[0][0]), _pieces(keys[1][0])
+    if (strings is None or numbers is None or len(strings) != len(numbers)
+            or any(s.values is not None or x.values is None or len(s) != len(x)
+                   for s, x in zip(strings, numbers))):
+        return None
+    descending = not keys[1][1]
+    cuts, pos = [np.zeros(1, np.int64)], 0
+    for c, (s, x) in enumerate(zip(strings, numbers)):
+        if c:                       # the pair across the border, on its own
+            seam = np.empty(1, dtype=np.bool_)
+            if not _refine_piece(kernels, strings[c - 1].seam(s), True, False, seam, True):
+                return False, None
+            if seam[0]:
+                if not _refine_piece(kernels, numbers[c - 1].seam(x), not descending, False,
+                                     seam, False):
+                    return False, None
+            else:
+                cuts.append(np.array([pos], np.int64))
+        out = np.empty(max(len(s) - 1, 0), np.int64)
+        count = kernels[4](s.offsets, s.data, x.values, descending, out)
+        if count < 0:
+            return False, None
+        cuts.append(out[:count] + pos)
+        pos += len(s)
+    cuts.append(np.array([n], np.int64))
+    return True, np.concatenate(cuts)
+
+
 def _scan_keys(keys: list, n_partition: int, n: int,
                fast: Optional[bool]) -> tuple[bool, Optional[np.ndarray]]:
     """Lexicographic check of adjacent rows under ``keys`` ((column, ascending,
@@ -597,6 +633,10 @@ def _scan_keys(keys: list, n_partition: int, n: int,
     if fast is None:
         fast = n >= FAST_MIN_ROWS
     kernels = _kernels() if fast else None
+    if kernels is not None:
+        fused = _fused_pass(kernels, keys, n_partition, n)
+        if fused is not None:
+            return fused
     undecided: Optional[np.ndarray] = None      # None: every pair tied so far
     offsets = np.array([0, n], dtype=np.int64)
     for i, (col, asc, nf, name) in enumerate(keys):

@@ -7,7 +7,9 @@ a pair that was still tied is out of order. Numeric, boolean and temporal
 keys are read as numpy values; string and binary keys straight from their
 Arrow offsets and data buffers (no combined copy, no Arrow comparison
 arrays). ``tie_breaks`` turns the tie bytes left after the partition keys
-into partition offsets.
+into partition offsets. ``string_then_number`` fuses the usual pair (a
+string partition key, a numeric order key, no NULLs) into one pass that
+writes the partition starts directly (no tie bytes).
 Why compiled: on already sorted input (the usual historical store) this
 check is the whole cost of sorting, and Arrow's adjacent comparisons cost
 two passes plus boolean arrays per key (a string ``equal`` alone ran at about
@@ -209,6 +211,57 @@ def refine_string_key(offsets, data, valid, has_valid, undecided, first, descend
 
 
 @register_jitable
+def pair_after(a, b, descending):
+    """Whether a numeric pair is out of order, NaN above every number and
+    equal to NaN (:func:`refine_key`'s rules)."""
+    x = b if descending else a
+    y = a if descending else b
+    x_nan = x != x
+    y_nan = y != y
+    return (x > y) or (x_nan and not y_nan)
+
+
+@register_jitable
+def string_then_number(offsets, data, values, descending, cuts):
+    """One pass over a string partition key and a numeric order key, both
+    without NULLs (the usual ``PARTITION BY symbol ORDER BY ts``): where the
+    strings tie, the numbers must be in order; where they differ, ascending,
+    and the pair starts a partition (``cuts[...] = i + 1``). Returns the
+    number of cuts written, or -1 when a pair is out of order. No tie bytes
+    are written: blocks of equal strings check their numbers directly."""
+    m = offsets.shape[0] - 2
+    count = 0
+    i = 0
+    while i < m:
+        hi = min(i + STRING_BLOCK, m)
+        if hi - i == STRING_BLOCK and block_tied(offsets, data, offsets, False, i, hi):
+            va = values[i:hi]
+            vb = values[i + 1:hi + 1]
+            bad = np.uint8(0)
+            for j in range(va.shape[0]):        # refine_key's branch-free form
+                x = vb[j] if descending else va[j]
+                y = va[j] if descending else vb[j]
+                x_nan = np.uint8(x != x)
+                y_nan = np.uint8(y != y)
+                bad |= np.uint8(x > y) | (x_nan & (y_nan ^ 1))
+            if bad:
+                return -1
+            i = hi
+            continue
+        for j in range(i, hi):
+            c = compare_strings(offsets, data, j, j + 1)
+            if c > 0:
+                return -1
+            if c < 0:
+                cuts[count] = j + 1
+                count += 1
+            elif pair_after(values[j], values[j + 1], descending):
+                return -1
+        i = hi
+    return count
+
+
+@register_jitable
 def tie_breaks(ties, words, count, n):
     """Offsets ``[0, i + 1 for every pair i no longer tied, n]``: ``ties``
     holds 0/1 bytes, ``words`` its leading bytes as uint64 (eight ties at a
@@ -234,6 +287,10 @@ def tie_breaks(ties, words, count, n):
 
 # Module-level drivers: what numba compiles (and caches on disk).
 
+def partition_and_order(offsets, data, values, descending, cuts):
+    return string_then_number(offsets, data, values, descending, cuts)
+
+
 def refine_numbers(values, undecided, first, descending):
     return refine_key(values, undecided, first, descending)
 
@@ -252,7 +309,8 @@ def partition_offsets(ties, words, count, n):
     return tie_breaks(ties, words, count, n)
 
 
-DRIVERS = (refine_numbers, refine_numbers_nulls, refine_strings, partition_offsets)
+DRIVERS = (refine_numbers, refine_numbers_nulls, refine_strings, partition_offsets,
+           partition_and_order)
 _compiled = None
 
 

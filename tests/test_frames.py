@@ -596,3 +596,46 @@ def test_chunked_string_keys_fast_and_arrow_agree(n_chunks, encoding):
     assert not desc.was_sorted
     assert_same(desc, frames._sort_for_matching(t, [], [("s", False, True), ("ts", True, False)],
                                                 False))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fused_string_and_number_pass(seed, monkeypatch):
+    """The one-pass check of a string partition key and a numeric order key
+    (runs long enough to fill blocks; NaN, -0.0, DESC; chunks aligned or
+    not; a pair out of order at a random spot, across a chunk border too)
+    against the Arrow comparisons."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(600, 3000))
+    words = np.array(["", "a", "ab", "abc", "b", "ä", "äb", "😀"])
+    sym = np.sort(words[rng.integers(0, len(words), n)])
+    if seed % 3 == 0:
+        x = rng.integers(-5, 5, n).astype(np.int64)
+    else:
+        x = rng.choice([-1.5, -0.0, 0.0, 2.0, np.nan, np.inf], n)
+    descending = seed % 2 == 1
+    t = pa.table({"s": sym, "x": x})
+    t = frames._sort_for_matching(t, ["s"], [("x", not descending, False)], False).table
+    if seed % 4 == 1:                               # two rows far apart swapped
+        i = int(rng.integers(0, n // 2))
+        j = i + n // 3
+        t = t.take(np.r_[0:i, j, i + 1:j, i, j + 1:n])
+    cut = int(rng.integers(1, n - 1))
+    if seed % 4 == 2:                               # aligned chunks
+        t = pa.concat_tables([t.slice(0, cut), t.slice(cut)])
+    elif seed % 4 == 3:                             # chunks that do not line up
+        t = pa.table({"s": pa.chunked_array([t.column("s").combine_chunks().slice(0, cut),
+                                             t.column("s").combine_chunks().slice(cut)]),
+                      "x": t.column("x").combine_chunks()})
+    taken = []
+    fused = frames._fused_pass
+
+    def spy(*args):
+        result = fused(*args)
+        taken.append(result is not None)
+        return result
+    monkeypatch.setattr(frames, "_fused_pass", spy)
+    got = frames._sort_for_matching(t, ["s"], [("x", not descending, False)], True)
+    assert_same(got, frames._sort_for_matching(t, ["s"], [("x", not descending, False)],
+                                               False))
+    assert taken[0] == (seed % 4 != 3)              # misaligned chunks: per key
+    assert got.was_sorted == (seed % 4 != 1)
