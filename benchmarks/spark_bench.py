@@ -3,10 +3,12 @@
 What: for each size, the same Parquet ticks read by local Spark go through
 (1) the floor: ``repartition(symbol).sortWithinPartitions(symbol, ts)``
 then an identity ``mapInArrow`` (every row shuffled, sorted and sent through
-a Python worker and back, nothing matched), and (2)
+a Python worker and back, nothing matched), (1b) the same with a
+``mapInArrow`` that reads every batch and returns nothing (the floor without
+the way back, closer to a matcher whose output is small), and (2)
 ``gpu_mr.spark.match_recognize`` with a query; both end in Spark's ``noop``
 writer, so every row is computed and nothing is collected. Prints times,
-rows/s and the ratio ours / floor (DESIGN.md §9: a ratio measured in one
+rows/s and the ratios ours / floor and ours / draining floor (DESIGN.md §9: a ratio measured in one
 run), checks at the smallest size that the Spark result equals
 ``gpu_mr.match_recognize`` row for row, and writes JSON to
 ``benchmarks/results/spark-<date>-<host kind>.json``.
@@ -65,12 +67,20 @@ def identity(batches):
     yield from batches
 
 
-def floor_frame(df, keys, order):
+def drain(batches):
+    """Reads every batch and returns nothing: the floor without the way back."""
+    for _ in batches:
+        pass
+    return
+    yield
+
+
+def floor_frame(df, keys, order, function=identity):
     from pyspark.sql import functions as F
     staged = df.repartition(*[F.col(k) for k in keys]) if keys else df.repartition(1)
     staged = staged.sortWithinPartitions(*(keys + order))
     with gspark.session.quiet_pandas_warning():
-        return staged.mapInArrow(identity, df.schema)
+        return staged.mapInArrow(function, df.schema)
 
 
 def timed(frame) -> float:
@@ -101,8 +111,10 @@ def bench_size(spark, workdir: str, rows: int, symbols: int, queries, repeat: in
     df = spark.read.parquet(path)
     keys = ["symbol"] if symbols else []
     floor = best_of(lambda: floor_frame(df, keys, ["ts"]), repeat)
+    drained = best_of(lambda: floor_frame(df, keys, ["ts"], drain), repeat)
     log(f"{rows:>11,} rows  {symbols:>6} symbols  floor (identity mapInArrow) "
-        f"{floor:7.2f} s  {fmt_rate(rows / floor):>7} rows/s")
+        f"{floor:7.2f} s  {fmt_rate(rows / floor):>7} rows/s; draining mapInArrow "
+        f"(no rows back) {drained:7.2f} s")
     out = []
     for name in queries:
         clause = QUERIES[name]
@@ -110,13 +122,14 @@ def bench_size(spark, workdir: str, rows: int, symbols: int, queries, repeat: in
             clause = clause.replace("PARTITION BY symbol", "")
         ours = best_of(lambda: gspark.match_recognize(df, clause), repeat)
         rec = {"rows": rows, "symbols": symbols, "query": name, "floor_s": round(floor, 3),
-               "gpu_mr_s": round(ours, 3), "ratio": round(ours / floor, 3),
+               "drain_s": round(drained, 3), "gpu_mr_s": round(ours, 3),
+               "ratio": round(ours / floor, 3), "ratio_to_drain": round(ours / drained, 3),
                "floor_rows_per_s": rows / floor, "gpu_mr_rows_per_s": rows / ours}
         if check:
             got = gspark.match_recognize(df, clause).toArrow()
             rec["identical"] = same_rows(got, gpu_mr.match_recognize(table, clause))
         log(f"{'':>11}  {name:<14} gpu_mr.spark {ours:7.2f} s  {fmt_rate(rows / ours):>7} "
-            f"rows/s  ratio {ours / floor:5.2f}x the floor"
+            f"rows/s  ratio {ours / floor:5.2f}x the floor ({ours / drained:5.2f}x draining)"
             + (f"  identical: {rec['identical']}" if "identical" in rec else ""))
         out.append(rec)
     return out
@@ -183,7 +196,8 @@ def main(argv=None) -> int:
               "records": records, "single_partition": single}
     if not args.no_json:
         os.makedirs(RESULTS_DIR, exist_ok=True)
-        out = os.path.join(RESULTS_DIR, f"spark-{started:%Y-%m-%d}-{host_kind()}.json")
+        kind = "" if sizes else f"-single-{args.single:.0e}".replace("+0", "")
+        out = os.path.join(RESULTS_DIR, f"spark-{started:%Y-%m-%d}-{host_kind()}{kind}.json")
         with open(out, "w") as f:
             json.dump(report, f, indent=1)
         log(f"wrote benchmarks/results/{os.path.basename(out)}")
