@@ -17,8 +17,9 @@ tied") and flagging disorder at once; other keys (decimals, string views),
 small tables and installs without numba use vectorised Arrow comparisons of
 adjacent rows. On sorted input the partition offsets come out of the same
 passes (the pairs still tied after the partition keys), no sort and no copy
-happen, and ``source_rows`` (an arange) is only built when read. About 3
-numpy passes for a string partition key and a timestamp order key.
+happen, and ``source_rows`` (an arange) is only built when read. A string
+partition key with a numeric order key (no NULLs) takes one fused pass:
+about 2.5 numpy passes ``p[1:] < p[:-1]`` on 1e7 rows.
 Otherwise one stable multi-key Arrow sort (O(n log n)), one ``take`` of every
 column and one more pass over the sorted partition keys. No Python loop runs
 per row anywhere.

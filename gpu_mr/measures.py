@@ -115,7 +115,8 @@ def assemble(query: CheckedQuery, data: SortedInput, matches,
         for m, vals in zip(rest, values):
             arrays[m.name] = measure_array(m, vals)
     return _build_table(query, data, rows.source, arrays, columns,
-                        ma.partition if query.rows_per_match == "ONE" else None)
+                        ma.partition if query.rows_per_match == "ONE" else None,
+                        _output_spans(data, ma, rows.source))
 
 
 # ------------------------------------------------------------ output rows
@@ -298,11 +299,12 @@ def _interpret(query: CheckedQuery, data: SortedInput, ma: MatchArrays, rows: Ou
 
 def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray,
                  measures: dict, columns: dict,
-                 partition_of: Optional[np.ndarray] = None) -> pa.Table:
+                 partition_of: Optional[np.ndarray] = None, spans=None) -> pa.Table:
     """Input columns gathered from the sorted table at ``source_rows``, then
     the measures (analysis guarantees measure names never clash with input
     columns). ``partition_of`` (each output row's partition, ONE ROW): a
-    partition column is then read once per partition and repeated."""
+    partition column is then read once per partition and repeated.
+    ``spans``: see :func:`_gather_sets`."""
     arrays = []
     take = None
     partition_columns = set(query.partition_columns)
@@ -317,7 +319,7 @@ def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray
                 continue
         src = _fixed_chunks(data.table.column(field.name))
         if src is not None:
-            values, valid = _gather_sets(src, [source_rows])[0]
+            values, valid = _gather_sets(src, [source_rows], spans)[0]
             arrays.append(_fixed_array(src, values, valid))
             continue
         if take is None:
@@ -454,16 +456,26 @@ def _gather_sets(src: _FixedChunks, sets: list, spans=None) -> list:
     return [(values, (rows >= 0).view(np.uint8)) for (values, _), rows in zip(outs, sets)]
 
 
-def _partition_spans(offsets: np.ndarray, partition_of: np.ndarray):
+def _source_spans(offsets: np.ndarray, source: np.ndarray):
     """``spans`` for :func:`_gather_sets` over outputs in partition order
-    (``partition_of`` ascending) whose rows lie in their partition."""
-    first_out = np.searchsorted(partition_of, np.arange(len(offsets)), side="left")
-
+    whose rows (``source``, and any row a measure reads for them) lie in
+    their own partition: the outputs of the partitions overlapping a row
+    range are a range. ``source`` need not be sorted (overlapping matches
+    repeat rows), but "row at or past partition p's start" flips once along
+    it, which is all a binary search needs."""
     def spans(lo: int, hi: int) -> tuple:
-        p_lo = int(np.searchsorted(offsets, lo, side="right")) - 1
-        p_hi = int(np.searchsorted(offsets, hi, side="left"))
-        return int(first_out[max(p_lo, 0)]), int(first_out[min(p_hi, len(offsets) - 1)])
+        p_lo = max(int(np.searchsorted(offsets, lo, side="right")) - 1, 0)
+        p_hi = min(int(np.searchsorted(offsets, hi, side="left")), len(offsets) - 1)
+        return (int(np.searchsorted(source, offsets[p_lo], side="left")),
+                int(np.searchsorted(source, offsets[p_hi], side="left")))
     return spans
+
+
+def _output_spans(data: SortedInput, ma: MatchArrays, source: np.ndarray):
+    p = ma.partition
+    if p.shape[0] > 1 and not bool(np.all(p[1:] >= p[:-1])):
+        return None
+    return _source_spans(data.partition_offsets, source)
 
 
 def _fixed_array(src: _FixedChunks, values: np.ndarray, valid: np.ndarray) -> pa.Array:
@@ -641,14 +653,14 @@ class _Vectors:
         return out
 
     def _spans(self):
-        """``spans`` for :func:`_gather_sets`: in ONE ROW a measure's row
-        lies in its match's partition, and matches come in partition order,
-        so the outputs of the partitions overlapping a row range are a range
-        too. None (every output) otherwise."""
-        p = self.ma.partition
-        if not self.one_row or (p.shape[0] > 1 and not bool(np.all(p[1:] >= p[:-1]))):
-            return None
-        return _partition_spans(self.data.partition_offsets, p)
+        """``spans`` for :func:`_gather_sets` (see :func:`_source_spans`;
+        output rows come in partition order and a measure's row lies in its
+        match's partition), or None when the matches are not in partition
+        order (ONE ROW keeps the engine's order)."""
+        key = ("spans",)
+        if key not in self._cache:
+            self._cache[key] = _output_spans(self.data, self.ma, self._rows.source)
+        return self._cache[key]
 
     def _fixed(self, name: str) -> Optional[_FixedChunks]:
         key = ("fixed", name)

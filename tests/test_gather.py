@@ -42,12 +42,13 @@ def test_gather_sets_matches_take(compiled, n_sets, nulls, monkeypatch):
 
 def test_gather_spans_skip_other_partitions():
     """With spans, each chunk's pass covers only the outputs of the
-    partitions overlapping it; the result is the same."""
+    partitions overlapping it (found from unsorted output rows); the result
+    is the same."""
     offsets = np.array([0, 4, 10, 10, 16], np.int64)        # an empty partition
     col = pa.chunked_array([pa.array(np.arange(7)), pa.array(np.arange(7, 16))])
-    partition_of = np.array([0, 0, 1, 3, 3, 3], np.int64)
+    source = np.array([2, 0, 5, 12, 11, 10], np.int64)      # overlapping matches
     rows = np.array([1, 3, 6, 10, -1, 15], np.int64)
-    spans = measures._partition_spans(offsets, partition_of)
+    spans = measures._source_spans(offsets, source)
     assert spans(0, 7) == (0, 3) and spans(7, 16) == (2, 6)
     src = measures._fixed_chunks(col)
     vals, valid = measures._gather_sets(src, [rows], spans)[0]
