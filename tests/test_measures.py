@@ -500,3 +500,35 @@ def test_nan_only_where_counted_falls_back(monkeypatch):
 
 
 NAN_ = float("nan")
+
+
+@pytest.mark.parametrize("key", [
+    pa.array(["b", "b", None, None, "", "", "ä", "ä"] * 3),
+    pa.array(["b", "b", None, None, "", "", "ä", "ä"] * 3, pa.large_string()),
+    pa.array(["b", "b", "a", "a", "c", "c", "d", "d"] * 3).dictionary_encode(),
+    pa.array([3, 3, None, None, -1, -1, 7, 7] * 3, pa.int16()),
+    pa.array([0.0, -0.0, None, None, 1.5, 1.5, -0.0, 0.0] * 3),
+    pa.array([dt.date(2020, 1, d) for d in (1, 1, 2, 2, 3, 3, 4, 4)] * 3),
+])
+@pytest.mark.parametrize("rows", ["ONE ROW PER MATCH", "ALL ROWS PER MATCH WITH UNMATCHED ROWS"])
+def test_output_columns_are_the_rows_values(key, rows, monkeypatch):
+    """Partition columns (read once per partition in ONE ROW) and other input
+    columns (gathered by kernels) in chunks: each output row shows its source
+    row's values, as an Arrow take would."""
+    monkeypatch.setattr(measures, "G_MIN_ROWS", 0)
+    n = len(key)
+    t = pa.table({"k": key, "ts": np.arange(n), "v": pa.array(np.arange(n) % 5, pa.int32()),
+                  "w": pa.array([None if i % 4 == 0 else i * 0.5 for i in range(n)])})
+    t = pa.concat_tables([t.slice(0, 5), t.slice(5, 9), t.slice(14)])
+    query = analyze(parse_clause(
+        "PARTITION BY k ORDER BY ts MEASURES COUNT(*) AS c "
+        f"{rows} PATTERN (A B*) DEFINE B AS v > PREV(v)"), t.schema)
+    data = sort_for_matching(t, query.partition_columns, query.order_keys)
+    ma = MatchArrays.from_matches(ReferenceEngine().find_matches(query, data))
+    out = measures.assemble(query, data, ma)
+    source = measures.output_rows(query, data, ma).source
+    for name in out.column_names:
+        if name in t.column_names:
+            want = data.table.column(name).take(pa.array(source, pa.int64()))
+            assert out.column(name).to_pylist() == want.to_pylist(), name
+            assert out.column(name).type == t.schema.field(name).type
