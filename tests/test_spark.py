@@ -224,6 +224,9 @@ def test_sql_subquery_and_with_sources(spark, ticks_view):
                                   "PATTERN (A B+) DEFINE B AS price > PREV(price)")
     total = pa.compute.sum(want.column("n")).as_py()
     assert sub.to_pylist() == cte.to_pylist() == [{"s": total}]
+    plain = gspark.sql(spark, f"SELECT sum(n) AS s FROM ticks {clause}").toArrow()
+    quoted = gspark.sql(spark, f'SELECT sum(n) AS s FROM "ticks" {clause}').toArrow()
+    assert plain.to_pylist() == quoted.to_pylist()
 
 
 def test_sql_errors_name_line_and_column(spark, ticks_view):

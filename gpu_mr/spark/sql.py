@@ -21,6 +21,7 @@ import re
 
 from ..errors import AnalysisError, SqlSyntaxError, UnsupportedError
 from ..outer_sql import Backend, MatchRecognizeSite, SqlStatement, _tokens
+from ..syntax.tokens import QIDENT
 from ..window_sql import has_pattern_window
 from . import execution
 from .session import require_pyspark
@@ -98,6 +99,7 @@ class SparkBackend(Backend):
         self.engine = engine
         self.views: list[str] = []
         self.readable: dict[str, str] = {}
+        self._name_tokens: dict = {}
 
     def close(self) -> None:
         for name in self.views:
@@ -110,11 +112,14 @@ class SparkBackend(Backend):
         return []
 
     def _resolve_table(self, tok) -> str:
-        return tok.text
+        # Spark quotes names with backticks; a "quoted" name keeps its case.
+        name = (f"`{str(tok.value).replace('`', '``')}`" if tok.kind == QIDENT
+                else str(tok.value))
+        self._name_tokens[name] = tok
+        return name
 
     def table_source(self, name: str):
-        tok = next(t for t in self._statement.tokens if t.text == name)
-        return self._guard(lambda: self.spark.table(name), None, at=tok)
+        return self._guard(lambda: self.spark.table(name), None, at=self._name_tokens[name])
 
     def query_source(self, sql: str, site: MatchRecognizeSite):
         kw = site.keyword
