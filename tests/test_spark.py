@@ -265,9 +265,9 @@ def test_bad_arguments_are_gpu_mr_errors(spark):
     with pytest.raises(GpuMrError, match="unknown engine"):
         gspark.match_recognize(df, "ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A) "
                                    "DEFINE A AS TRUE", engine="fast")
-    with pytest.raises(UnsupportedError):
+    with pytest.raises(GpuMrError, match="unknown engine"):
         gspark.match_recognize(df, "ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A) "
-                                   "DEFINE A AS TRUE", engine="gpu")
+                                   "DEFINE A AS TRUE", engine=None)
 
 
 def test_task_errors_translate_back(spark):
