@@ -91,12 +91,20 @@ def match_recognize_batches(batches, clause: str, engine: str = "auto") -> Itera
         return
     parsed = parse_clause(clause)
     query = analyze(parsed, first.schema)
-    chosen = engines.choose(query, engine)
-    runner = _StreamRunner(query, chosen)
-    for table in _chain(first, stream):
-        if table.schema != first.schema:
+    yield from run_stream(query, engines.choose(query, engine), _chain(first, stream))
+
+
+def run_stream(query: CheckedQuery, engine, tables) -> Iterator[pa.Table]:
+    """:func:`match_recognize_batches` for a query already analysed against
+    the tables' schema and an engine already chosen (Spark tasks use it)."""
+    runner = _StreamRunner(query, engine)
+    schema = None
+    for table in tables:
+        if schema is None:
+            schema = table.schema
+        elif table.schema != schema:
             raise DataError("every batch must have the schema of the first: "
-                            f"{table.schema} differs from {first.schema}", code="bad_batch")
+                            f"{table.schema} differs from {schema}", code="bad_batch")
         yield from runner.feed(table)
     yield from runner.finish()
 

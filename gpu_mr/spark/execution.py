@@ -183,27 +183,10 @@ def build_task(clause: str, engine: str, returned: pa.Schema, batch_rows: int):
             return
         query = analyze(parse_clause(clause), first.schema)
         chosen = engines.choose(query, executor_engine(query, engine))
-        for piece in _stream(query, chosen, first, tables):
+        from ..streaming import run_stream
+        for piece in run_stream(query, chosen, _chain(first, tables)):
             yield from S.conform(piece, returned).to_batches()
     return task
-
-
-def _stream(query, chosen, first: pa.Table, rest) -> Iterator[pa.Table]:
-    """``gpu_mr.match_recognize_batches`` over ``first`` and ``rest``, the
-    query already analysed and the engine chosen.
-
-    The stream's last step is skipped when nothing is carried into it: the
-    streaming runner (gpu_mr/streaming.py) hands the CPU engine an empty
-    table there, which its DFA set-up rejects (an IndexError over zero row
-    classes) for queries whose last search ends exactly at the last row.
-    """
-    from ..streaming import _StreamRunner
-    runner = _StreamRunner(query, chosen)
-    for table in _chain(first, rest):
-        yield from runner.feed(table)
-    if runner.carry is not None and runner.carry.table.num_rows == 0:
-        runner.carry = None
-    yield from runner.finish()
 
 
 def _chain(first, rest):
