@@ -190,12 +190,11 @@ def class_bits(query: CheckedQuery, results: dict, n: int) -> np.ndarray:
     n_vars = len(query.primary_vars)
     dtype = np.uint8 if n_vars <= 8 else np.uint32
     always = sum(1 << i for i, v in enumerate(query.primary_vars) if results[v] is None)
-    bits = np.full(n, always, dtype=dtype)      # a pattern may have no variable: ()
-    for i, v in enumerate(query.primary_vars):
-        if results[v] is not None:
-            holds = results[v].holds.view(np.uint8)
-            bits |= holds.astype(dtype, copy=False) << dtype(i) if i else holds
-    return bits
+    defined = [(i, results[v].holds) for i, v in enumerate(query.primary_vars)
+               if results[v] is not None]
+    from ..kernels.scan import packed_bits
+    return packed_bits([np.ascontiguousarray(h).view(np.uint8) for _, h in defined],
+                       [i for i, _ in defined], always, n, dtype)
 
 
 def _renumber(bits: np.ndarray, n_vars: int) -> tuple:
