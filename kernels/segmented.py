@@ -28,8 +28,9 @@ INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 # Python 3.12 made sum() of floats compensated (Neumaier); the interpreter's
 # SUM and AVG of DOUBLE are whatever sum() does on this Python.
 COMPENSATED_SUM = sum([1e100, 1.0, -1e100]) != 0.0
-# Below this many elements the plain bodies beat numba's compile time.
-JIT_MIN_ELEMENTS = 20_000
+# Below this many elements the plain Python bodies cost at most a few ms and
+# never wait for numba to load or compile the kernels (cached on disk).
+JIT_MIN_ELEMENTS = 2_000
 
 
 # Every kernel walks segments (matches): segment i owns elements
