@@ -57,8 +57,11 @@ def match_recognize_batches(batches, clause: str, engine: str = "auto") -> Itera
         keys, all with one schema. A partition may span many batches.
     clause : str
         The clause body, as for :func:`gpu_mr.match_recognize`.
-    engine : {"auto", "cpu", "reference"}
+    engine : {"auto", "gpu", "cpu", "reference"}
         The engine for each piece; ``auto`` picks as ``match_recognize`` does.
+        For row-local DEFINEs the CPU and GPU engines carry a partition's
+        open search from batch to batch; otherwise each partition is
+        gathered whole.
 
     Yields
     ------

@@ -10,7 +10,7 @@ step on a row's class takes the closure in priority order (the possessive
 guard ASSERT_NOT reads the same class), notes whether MATCH comes up (a match
 ending before this row: threads after it are cut, as in the Pike VM), and
 keeps the states of the consuming threads whose variable is in the class.
-Why: this is the automaton the fast engines scan (kernels/, later issues);
+Why: this is the automaton the CPU and GPU engines scan (kernels/);
 ``explain()`` reports its size.
 Path recovery: a step also records, for each thread of the next state,
 which thread of the current state it came from and through which CONSUME
