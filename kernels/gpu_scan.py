@@ -47,8 +47,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .scan import (SKIP_TO_FIRST, SKIP_TO_LAST, SKIP_TO_NEXT_ROW, recover_paths,
-                   register_jitable, scan_partition)
+from .chunks import chunk_plan, gather_chunk, recover_match, repair_partition, scan_chunk
+from .scan import SKIP_TO_FIRST, SKIP_TO_LAST, SKIP_TO_NEXT_ROW
 
 _compiled: dict = {}
 
@@ -56,111 +56,6 @@ _compiled: dict = {}
 # GPU at 1e8 rows and more, while each thread's run stays long enough that a
 # boundary repair is rare work.
 DEVICE_CHUNK_ROWS = 1024
-
-
-# Kernel bodies beyond kernels/scan.py's: plain functions (compiled into the
-# kernels below; the tests also compile them with numba.njit).
-
-@register_jitable
-def scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open, trans,
-               steps, end_accept, start_first, start_other, skip_mode, skip_vars,
-               parent_thread, parent_inst, match_thread, end_thread, inst_var, inst_excluded,
-               out_start, out_end, counts, dead_state, scratch_states, scratch_labels,
-               scratch_excluded, slot_part_start, slot_hi, slot_out, errors):
-    """Speculative scan of chunk ``k`` (module header, step 1)."""
-    counts[k] = scan_partition(
-        classes, chunk_lo[k], chunk_hi[k], chunk_stop[k], chunk_lo[k], chunk_part_start[k],
-        chunk_open[k], trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
-        parent_thread, parent_inst, match_thread, end_thread, inst_var, inst_excluded,
-        out_start, out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
-        slot_part_start, slot_hi, slot_out, errors[k])
-
-
-@register_jitable
-def recover_match(i, classes, match_part_start, match_hi, starts, ends, label_offsets, trans,
-                  start_first, start_other, parent_thread, parent_inst, match_thread,
-                  end_thread, inst_var, inst_excluded, states, labels, excluded):
-    """Path recovery of match ``i`` (module header, step 4)."""
-    recover_paths(classes, i, i + 1, match_part_start, match_hi, starts, ends, label_offsets,
-                  trans, start_first, start_other, parent_thread, parent_inst, match_thread,
-                  end_thread, inst_var, inst_excluded, states, labels, excluded)
-
-
-@register_jitable
-def repair_partition(p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
-                     chunk_part_start, chunk_open, trans, steps, end_accept, start_first,
-                     start_other, skip_mode, skip_vars, parent_thread, parent_inst,
-                     match_thread, end_thread, inst_var, inst_excluded, out_start, out_end,
-                     counts, fix_start, fix_end, fix_counts, drops, dead_state,
-                     scratch_states, scratch_labels, scratch_excluded, slot_part_start,
-                     slot_hi, slot_out, errors, replay_err):
-    """Walk partition ``p``'s chunks in order and repair each whose
-    speculation started off the true scan (module header, step 2).
-    ``errors[k, 2]`` ends as the row the true scan leaves chunk k at; below
-    ``chunk_stop[k]`` it is an undecided search of an open partition, where
-    the true scan stops: later chunks' matches are dropped."""
-    stopped = -1                        # the row the true scan stopped at, if it did
-    for k in range(part_first_chunk[p] + 1, part_first_chunk[p + 1]):
-        n_spec = counts[k]
-        if stopped < 0 and errors[k - 1, 2] < chunk_stop[k - 1]:
-            stopped = errors[k - 1, 2]  # undecided search in chunk k-1: the scan ends there
-        if stopped >= 0:
-            drops[k] = n_spec
-            errors[k, 2] = stopped
-            continue
-        lo = chunk_lo[k]
-        pos = errors[k - 1, 2]          # where the true scan enters chunk k
-        if pos == lo:
-            continue                    # speculation started right here
-        # Speculation started searches at every row up to where it stopped
-        # (its last, undecided search, if any), except inside its matches.
-        spec_end = errors[k, 2] if errors[k, 2] < chunk_stop[k] else chunk_stop[k]
-        m = 0                           # speculative matches before pos are dropped
-        n_fix = 0
-        while True:
-            if pos >= chunk_stop[k]:    # the replay left the chunk: drop all speculation
-                m = n_spec
-                errors[k, 2] = pos
-                break
-            while m < n_spec and out_start[lo + m] < pos and out_end[lo + m] <= pos:
-                m += 1
-            if pos <= spec_end and (m == n_spec or out_start[lo + m] >= pos):
-                break                   # pos started a speculative search: in step
-            # replay one true search from pos
-            n_fix += scan_partition(
-                classes, pos, chunk_hi[k], pos + 1, lo + n_fix, chunk_part_start[k],
-                chunk_open[k], trans, steps, end_accept, start_first, start_other, skip_mode,
-                skip_vars, parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                inst_excluded, fix_start, fix_end, dead_state, scratch_states,
-                scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
-                replay_err[p])
-            if replay_err[p, 2] == pos:  # undecided until more rows arrive
-                m = n_spec
-                errors[k, 2] = pos
-                break
-            pos = replay_err[p, 2]
-        drops[k] = m
-        fix_counts[k] = n_fix
-
-
-@register_jitable
-def gather_chunk(k, chunk_lo, chunk_part, out_start, out_end, counts, fix_start, fix_end,
-                 fix_counts, drops, first_out, starts, ends, partitions):
-    """Copy chunk ``k``'s replayed, then kept speculative, matches to their
-    place ``first_out[k] ...`` of the compacted arrays."""
-    lo = chunk_lo[k]
-    o = first_out[k]
-    for i in range(fix_counts[k]):
-        starts[o] = fix_start[lo + i]
-        ends[o] = fix_end[lo + i]
-        partitions[o] = chunk_part[k]
-        o += 1
-    for i in range(drops[k], counts[k]):
-        starts[o] = out_start[lo + i]
-        ends[o] = out_end[lo + i]
-        partitions[o] = chunk_part[k]
-        o += 1
-
 
 
 def kernels():
@@ -261,35 +156,6 @@ class DeviceTables:
         self.start_other = np.int32(tables.start_other)
 
 
-def chunk_plan(backend, scan_lo, scan_hi, part_start, open_last: bool,
-               chunk_rows: int) -> tuple:
-    """Cut every partition's scan range ``scan_lo[p] .. scan_hi[p]`` (host
-    arrays) into chunks of ``chunk_rows`` rows (its last one shorter; an
-    empty range gets one empty chunk): ``(part_first_chunk, chunk_part,
-    chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open)`` on the
-    device. ``open_last``: the last partition goes on in later rows."""
-    xp = backend.xp
-    d = backend.to_device
-    scan_lo, scan_hi, part_start = d(scan_lo), d(scan_hi), d(part_start)
-    n_parts = scan_lo.shape[0]
-    per_part = xp.maximum((scan_hi - scan_lo + (chunk_rows - 1)) // chunk_rows, 1)
-    part_first_chunk = xp.zeros(n_parts + 1, dtype=np.int64)
-    xp.cumsum(per_part, out=part_first_chunk[1:])
-    n_chunks = backend.scalar(part_first_chunk[-1])
-    # Each chunk's partition: a binary search, not xp.repeat (cupy's needs
-    # its counts on the host).
-    chunk_part = xp.searchsorted(part_first_chunk[1:], xp.arange(n_chunks, dtype=np.int64),
-                                 side="right")
-    chunk_lo = scan_lo[chunk_part] + (
-        xp.arange(n_chunks, dtype=np.int64) - part_first_chunk[:-1][chunk_part]) * chunk_rows
-    chunk_hi = scan_hi[chunk_part]
-    chunk_lo = xp.minimum(chunk_lo, chunk_hi)
-    chunk_stop = xp.minimum(chunk_lo + chunk_rows, chunk_hi)
-    chunk_open = (chunk_part == n_parts - 1) & bool(open_last)
-    return (part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi,
-            part_start[chunk_part], chunk_open)
-
-
 def run_scan(backend, classes, offsets: np.ndarray, tables: DeviceTables, skip_mode: int,
              skip_vars: int, chunk_rows: int, scan_from: int = -1, continues: bool = False,
              open_end: bool = False, end_margin: int = 0) -> tuple:
@@ -313,7 +179,7 @@ def run_scan(backend, classes, offsets: np.ndarray, tables: DeviceTables, skip_m
         scan_hi[-1] = max(scan_lo[-1], scan_hi[-1] - end_margin)
     if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST):
         chunk_rows = max(n, 1)              # path scratch is per row: one chunk per partition
-    plan = chunk_plan(backend, scan_lo, scan_hi, part_start, open_end, chunk_rows)
+    plan = chunk_plan(backend.xp, scan_lo, scan_hi, part_start, open_end, chunk_rows)
     (part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
      chunk_open) = plan
     n_chunks = chunk_lo.shape[0]

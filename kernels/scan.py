@@ -391,6 +391,12 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     if n_parts and open_end:
         open_flags[-1] = True
         scan_hi[-1] = max(scan_lo[-1], scan_hi[-1] - end_margin)
+    if (compiled and n >= CHUNKED_MIN_ROWS and n_parts
+            and skip_mode in (SKIP_PAST_LAST_ROW, SKIP_TO_NEXT_ROW)):
+        chunked = _chunked_scan(classes, scan_lo, scan_hi, part_start, open_end, tables,
+                                skip_mode, skip_vars)
+        if chunked is not None:
+            return chunked
     out_start = np.empty(n, dtype=np.int64)
     out_end = np.empty(n, dtype=np.int64)
     counts = np.zeros(n_parts, dtype=np.int64)
@@ -424,6 +430,83 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     failing = np.flatnonzero(errors[:, 0])
     errors[failing, 1] = base[failing] + errors[failing, 1] - scan_lo[failing]
     return out_start[slots], out_end[slots], partitions, errors
+
+
+# From this many rows, a few long partitions are scanned in speculative
+# chunks on all cores (kernels/chunks.py) when one thread per partition would
+# leave cores idle; the chunks are at least CHUNK_MIN_ROWS long, so that the
+# boundary repairs stay a negligible share.
+CHUNKED_MIN_ROWS = 1_000_000
+CHUNK_MIN_ROWS = 65_536
+CHUNK_THREADS = None        # None: numba's thread count (tests set more)
+_chunk_drivers: dict = {}
+
+
+def _chunked_scan(classes, scan_lo, scan_hi, part_start, open_end: bool, tables,
+                  skip_mode: int, skip_vars: int):
+    """``run_scan``'s result from speculative chunks of the partitions on all
+    cores, or None when partition-level parallelism is good enough (the
+    widest partition is at most one thread's share) or another thread holds
+    the parallel launch."""
+    import numba
+    threads = CHUNK_THREADS or numba.get_num_threads()
+    n = classes.shape[0]
+    widths = scan_hi - scan_lo
+    widest = int(widths.max())
+    if threads < 2 or widest <= n // threads:
+        return None
+    if not _parallel_lock.acquire(blocking=False):
+        return None
+    try:
+        from . import chunks as C
+        if not _chunk_drivers:
+            jit = numba.njit(nogil=True, parallel=True, cache=True)
+            _chunk_drivers.update({name: jit(fn) for name, fn in C.CPU_DRIVERS.items()})
+        drive = _chunk_drivers
+        chunk_rows = max(CHUNK_MIN_ROWS, -(-widest // (4 * threads)))
+        (part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
+         chunk_open) = C.chunk_plan(np, scan_lo, scan_hi, part_start, open_end, chunk_rows)
+        n_chunks, n_parts = chunk_lo.shape[0], scan_lo.shape[0]
+        out_start = np.empty(n, dtype=np.int64)
+        out_end = np.empty(n, dtype=np.int64)
+        counts = np.zeros(n_chunks, dtype=np.int64)
+        dead_state = np.zeros(n, dtype=np.int32)
+        one = np.empty(1, dtype=np.int64)       # path scratch: unused in these skip modes
+        scratch = (dead_state, np.empty(1, np.int32), np.empty(1, np.int16),
+                   np.empty(1, np.uint8), one, one, one)
+        errors = np.zeros((n_chunks, 3), dtype=np.int64)
+        t = tables
+        dfa_args = (t.trans, t.steps, t.end_accept, np.int32(t.start_first),
+                    np.int32(t.start_other), np.int32(skip_mode), np.int64(skip_vars),
+                    t.parent_thread, t.parent_inst, t.match_thread, t.end_thread, t.inst_var,
+                    t.inst_excluded)
+        drive["scan"](n_chunks, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
+                      chunk_open, *dfa_args, out_start, out_end, counts, *scratch, errors)
+        fix_counts = np.zeros(n_chunks, dtype=np.int64)
+        drops = np.zeros(n_chunks, dtype=np.int64)
+        fix_start = fix_end = out_start[:1]
+        if n_chunks > n_parts and (skip_mode != SKIP_TO_NEXT_ROW or open_end):
+            fix_start = np.empty(n, dtype=np.int64)
+            fix_end = np.empty(n, dtype=np.int64)
+            replay_err = np.zeros((n_parts, 3), dtype=np.int64)
+            drive["repair"](n_parts, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
+                            chunk_part_start, chunk_open, *dfa_args, out_start, out_end, counts,
+                            fix_start, fix_end, fix_counts, drops, *scratch, errors, replay_err)
+        first_out = np.zeros(n_chunks + 1, dtype=np.int64)
+        np.cumsum(fix_counts + counts - drops, out=first_out[1:])
+        total = int(first_out[-1])
+        starts = np.empty(total, dtype=np.int64)
+        ends = np.empty(total, dtype=np.int64)
+        partitions = np.empty(total, dtype=np.int64)
+        drive["gather"](n_chunks, chunk_lo, chunk_part, out_start, out_end, counts, fix_start,
+                        fix_end, fix_counts, drops, first_out, starts, ends, partitions)
+    finally:
+        _parallel_lock.release()
+    # Per partition: no SKIP errors in these modes; the row its last chunk
+    # resumes at (the stream's resume row for the last partition).
+    part_errors = np.zeros((n_parts, 3), dtype=np.int64)
+    part_errors[:, 2] = errors[part_first_chunk[1:] - 1, 2]
+    return starts, ends, partitions, part_errors
 
 
 def run_recovery(classes: np.ndarray, offsets: np.ndarray, starts: np.ndarray,

@@ -290,3 +290,37 @@ def test_many_partitions_in_parallel_blocks_equal_reference():
     q = V_SHAPE.format(rows="", skip="PAST LAST ROW")
     assert gpu_mr.match_recognize(t, q, engine="cpu").equals(
         gpu_mr.match_recognize(t, q, engine="reference"))
+
+
+@settings(max_examples=400 if FULL else 60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(row_local_clauses(), tables(), st.integers(1, 6))
+def test_long_partitions_in_speculative_chunks_on_all_cores_equal_reference(clause, table,
+                                                                          chunk_rows):
+    # One or a few long partitions: the CPU scans them in speculative chunks
+    # (kernels/chunks.py, the GPU's bodies) with boundary repair; forced
+    # here on tiny tables and chunks.
+    from gpu_mr.kernels import scan as S
+    saved = S.CHUNKED_MIN_ROWS, S.CHUNK_MIN_ROWS, S.CHUNK_THREADS
+    S.CHUNKED_MIN_ROWS, S.CHUNK_MIN_ROWS, S.CHUNK_THREADS = 1, chunk_rows, 64
+    try:
+        query = analyze(parse_clause(clause), table.schema)
+        data = sort_for_matching(table, query.partition_columns, query.order_keys)
+        got = outcome(CpuEngine(), query, data)
+    finally:
+        S.CHUNKED_MIN_ROWS, S.CHUNK_MIN_ROWS, S.CHUNK_THREADS = saved
+    assert got == outcome(ReferenceEngine(), query, data), f"\n{clause}\n{table.to_pydict()}"
+
+
+def test_streamed_long_partition_in_speculative_chunks(monkeypatch):
+    from gpu_mr.kernels import scan as S
+    monkeypatch.setattr(S, "CHUNKED_MIN_ROWS", 100)
+    monkeypatch.setattr(S, "CHUNK_MIN_ROWS", 37)
+    monkeypatch.setattr(S, "CHUNK_THREADS", 8)
+    t = v_shape_table(3000).sort_by([("sym", "ascending"), ("ts", "ascending")])
+    for skip in ("PAST LAST ROW", "TO NEXT ROW"):
+        q = V_SHAPE.format(rows="", skip=skip)
+        want = gpu_mr.match_recognize(t, q, engine="reference")
+        assert gpu_mr.match_recognize(t, q, engine="cpu").equals(want)
+        pieces = gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=777), q, engine="cpu")
+        assert pa.concat_tables(list(pieces)).equals(want)

@@ -1,0 +1,177 @@
+"""Speculative chunks of partitions: the kernel bodies and the plan, for the
+GPU's threads and the CPU's cores alike.
+
+What: a partition's scan cut into chunks of rows, each scanned as if a
+search started at its first row (``scan_chunk``); one pass per partition
+that repairs the chunks whose speculation started off the true scan
+(``repair_partition``); the compaction of every chunk's kept matches
+(``gather_chunk``); and ``chunk_plan``, which cuts partitions into chunks.
+The algorithm is described in kernels/gpu_scan.py's header. The bodies are
+``register_jitable`` plain functions: kernels/gpu_scan.py compiles them into
+``numba.cuda`` kernels, and the CPU drivers here run them over all cores
+(``prange``) when a few long partitions would leave cores idle.
+Cost: O(rows) speculative work plus the replayed searches at chunk
+boundaries (usually a match or two each).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .scan import recover_paths, register_jitable, scan_partition
+
+try:
+    from numba import prange
+except ImportError:                  # the plain bodies still run without numba
+    prange = range
+
+
+@register_jitable
+def scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open, trans,
+               steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+               parent_thread, parent_inst, match_thread, end_thread, inst_var, inst_excluded,
+               out_start, out_end, counts, dead_state, scratch_states, scratch_labels,
+               scratch_excluded, slot_part_start, slot_hi, slot_out, errors):
+    """Speculative scan of chunk ``k`` (module header, step 1)."""
+    counts[k] = scan_partition(
+        classes, chunk_lo[k], chunk_hi[k], chunk_stop[k], chunk_lo[k], chunk_part_start[k],
+        chunk_open[k], trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+        parent_thread, parent_inst, match_thread, end_thread, inst_var, inst_excluded,
+        out_start, out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
+        slot_part_start, slot_hi, slot_out, errors[k])
+
+
+@register_jitable
+def recover_match(i, classes, match_part_start, match_hi, starts, ends, label_offsets, trans,
+                  start_first, start_other, parent_thread, parent_inst, match_thread,
+                  end_thread, inst_var, inst_excluded, states, labels, excluded):
+    """Path recovery of match ``i`` (module header, step 4)."""
+    recover_paths(classes, i, i + 1, match_part_start, match_hi, starts, ends, label_offsets,
+                  trans, start_first, start_other, parent_thread, parent_inst, match_thread,
+                  end_thread, inst_var, inst_excluded, states, labels, excluded)
+
+
+@register_jitable
+def repair_partition(p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
+                     chunk_part_start, chunk_open, trans, steps, end_accept, start_first,
+                     start_other, skip_mode, skip_vars, parent_thread, parent_inst,
+                     match_thread, end_thread, inst_var, inst_excluded, out_start, out_end,
+                     counts, fix_start, fix_end, fix_counts, drops, dead_state,
+                     scratch_states, scratch_labels, scratch_excluded, slot_part_start,
+                     slot_hi, slot_out, errors, replay_err):
+    """Walk partition ``p``'s chunks in order and repair each whose
+    speculation started off the true scan (module header, step 2).
+    ``errors[k, 2]`` ends as the row the true scan leaves chunk k at; below
+    ``chunk_stop[k]`` it is an undecided search of an open partition, where
+    the true scan stops: later chunks' matches are dropped."""
+    stopped = -1                        # the row the true scan stopped at, if it did
+    for k in range(part_first_chunk[p] + 1, part_first_chunk[p + 1]):
+        n_spec = counts[k]
+        if stopped < 0 and errors[k - 1, 2] < chunk_stop[k - 1]:
+            stopped = errors[k - 1, 2]  # undecided search in chunk k-1: the scan ends there
+        if stopped >= 0:
+            drops[k] = n_spec
+            errors[k, 2] = stopped
+            continue
+        lo = chunk_lo[k]
+        pos = errors[k - 1, 2]          # where the true scan enters chunk k
+        if pos == lo:
+            continue                    # speculation started right here
+        # Speculation started searches at every row up to where it stopped
+        # (its last, undecided search, if any), except inside its matches.
+        spec_end = errors[k, 2] if errors[k, 2] < chunk_stop[k] else chunk_stop[k]
+        m = 0                           # speculative matches before pos are dropped
+        n_fix = 0
+        while True:
+            if pos >= chunk_stop[k]:    # the replay left the chunk: drop all speculation
+                m = n_spec
+                errors[k, 2] = pos
+                break
+            while m < n_spec and out_start[lo + m] < pos and out_end[lo + m] <= pos:
+                m += 1
+            if pos <= spec_end and (m == n_spec or out_start[lo + m] >= pos):
+                break                   # pos started a speculative search: in step
+            # replay one true search from pos
+            n_fix += scan_partition(
+                classes, pos, chunk_hi[k], pos + 1, lo + n_fix, chunk_part_start[k],
+                chunk_open[k], trans, steps, end_accept, start_first, start_other, skip_mode,
+                skip_vars, parent_thread, parent_inst, match_thread, end_thread, inst_var,
+                inst_excluded, fix_start, fix_end, dead_state, scratch_states,
+                scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
+                replay_err[p])
+            if replay_err[p, 2] == pos:  # undecided until more rows arrive
+                m = n_spec
+                errors[k, 2] = pos
+                break
+            pos = replay_err[p, 2]
+        drops[k] = m
+        fix_counts[k] = n_fix
+
+
+@register_jitable
+def gather_chunk(k, chunk_lo, chunk_part, out_start, out_end, counts, fix_start, fix_end,
+                 fix_counts, drops, first_out, starts, ends, partitions):
+    """Copy chunk ``k``'s replayed, then kept speculative, matches to their
+    place ``first_out[k] ...`` of the compacted arrays."""
+    lo = chunk_lo[k]
+    o = first_out[k]
+    for i in range(fix_counts[k]):
+        starts[o] = fix_start[lo + i]
+        ends[o] = fix_end[lo + i]
+        partitions[o] = chunk_part[k]
+        o += 1
+    for i in range(drops[k], counts[k]):
+        starts[o] = out_start[lo + i]
+        ends[o] = out_end[lo + i]
+        partitions[o] = chunk_part[k]
+        o += 1
+
+
+def chunk_plan(xp, scan_lo, scan_hi, part_start, open_last: bool, chunk_rows: int) -> tuple:
+    """Cut every partition's scan range ``scan_lo[p] .. scan_hi[p]`` (host
+    arrays) into chunks of ``chunk_rows`` rows (its last one shorter; an
+    empty range gets one empty chunk): ``(part_first_chunk, chunk_part,
+    chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open)`` in the
+    array module ``xp`` (numpy, or cupy: then on the device). ``open_last``:
+    the last partition goes on in later rows."""
+    scan_lo, scan_hi, part_start = (xp.asarray(a, dtype=np.int64)
+                                    for a in (scan_lo, scan_hi, part_start))
+    n_parts = scan_lo.shape[0]
+    per_part = xp.maximum((scan_hi - scan_lo + (chunk_rows - 1)) // chunk_rows, 1)
+    part_first_chunk = xp.zeros(n_parts + 1, dtype=np.int64)
+    xp.cumsum(per_part, out=part_first_chunk[1:])
+    n_chunks = int(part_first_chunk[-1])
+    # Each chunk's partition: a binary search, not xp.repeat (cupy's needs
+    # its counts on the host).
+    chunk_part = xp.searchsorted(part_first_chunk[1:], xp.arange(n_chunks, dtype=np.int64),
+                                 side="right")
+    chunk_lo = scan_lo[chunk_part] + (
+        xp.arange(n_chunks, dtype=np.int64) - part_first_chunk[:-1][chunk_part]) * chunk_rows
+    chunk_hi = scan_hi[chunk_part]
+    chunk_lo = xp.minimum(chunk_lo, chunk_hi)
+    chunk_stop = xp.minimum(chunk_lo + chunk_rows, chunk_hi)
+    chunk_open = (chunk_part == n_parts - 1) & bool(open_last)
+    return (part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi,
+            part_start[chunk_part], chunk_open)
+
+
+# CPU drivers: one thread index per chunk (or partition), over all cores.
+# One module-level function per body, so that numba's disk cache finds each.
+
+def scan_chunks_parallel(jobs, *args):
+    for k in prange(jobs):
+        scan_chunk(k, *args)
+
+
+def repair_partitions_parallel(jobs, *args):
+    for p in prange(jobs):
+        repair_partition(p, *args)
+
+
+def gather_chunks_parallel(jobs, *args):
+    for k in prange(jobs):
+        gather_chunk(k, *args)
+
+
+CPU_DRIVERS = {"scan": scan_chunks_parallel, "repair": repair_partitions_parallel,
+               "gather": gather_chunks_parallel}
