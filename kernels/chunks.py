@@ -28,37 +28,34 @@ except ImportError:                  # the plain bodies still run without numba
 
 @register_jitable
 def scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open, trans,
-               steps, end_accept, start_first, start_other, skip_mode, skip_vars,
-               parent_thread, parent_inst, match_thread, end_thread, inst_var, inst_excluded,
-               out_start, out_end, counts, dead_state, scratch_states, scratch_labels,
-               scratch_excluded, slot_part_start, slot_hi, slot_out, errors):
+               steps, end_accept, start_first, start_other, skip_mode, skip_vars, lineage,
+               match_thread, end_thread, out_start, out_end, counts, dead_state, scratch_states,
+               scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors):
     """Speculative scan of chunk ``k`` (module header, step 1)."""
     counts[k] = scan_partition(
         classes, chunk_lo[k], chunk_hi[k], chunk_stop[k], chunk_lo[k], chunk_part_start[k],
         chunk_open[k], trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
-        parent_thread, parent_inst, match_thread, end_thread, inst_var, inst_excluded,
-        out_start, out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
-        slot_part_start, slot_hi, slot_out, errors[k])
+        lineage, match_thread, end_thread, out_start, out_end, dead_state, scratch_states,
+        scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors[k])
 
 
 @register_jitable
 def recover_match(i, classes, match_part_start, match_hi, starts, ends, label_offsets, trans,
-                  start_first, start_other, parent_thread, parent_inst, match_thread,
-                  end_thread, inst_var, inst_excluded, states, labels, excluded):
+                  start_first, start_other, lineage, match_thread, end_thread, states, labels,
+                  excluded):
     """Path recovery of match ``i`` (module header, step 4)."""
     recover_paths(classes, i, i + 1, match_part_start, match_hi, starts, ends, label_offsets,
-                  trans, start_first, start_other, parent_thread, parent_inst, match_thread,
-                  end_thread, inst_var, inst_excluded, states, labels, excluded)
+                  trans, start_first, start_other, lineage, match_thread, end_thread, states,
+                  labels, excluded)
 
 
 @register_jitable
 def repair_partition(p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
                      chunk_part_start, chunk_open, trans, steps, end_accept, start_first,
-                     start_other, skip_mode, skip_vars, parent_thread, parent_inst,
-                     match_thread, end_thread, inst_var, inst_excluded, out_start, out_end,
-                     counts, fix_start, fix_end, fix_counts, drops, dead_state,
-                     scratch_states, scratch_labels, scratch_excluded, slot_part_start,
-                     slot_hi, slot_out, errors, replay_err):
+                     start_other, skip_mode, skip_vars, lineage, match_thread, end_thread,
+                     out_start, out_end, counts, fix_start, fix_end, fix_counts, drops, dead_state,
+                     scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+                     slot_out, errors, replay_err):
     """Walk partition ``p``'s chunks in order and repair each whose
     speculation started off the true scan (module header, step 2).
     ``errors[k, 2]`` ends as the row the true scan leaves chunk k at; below
@@ -95,10 +92,9 @@ def repair_partition(p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_h
             n_fix += scan_partition(
                 classes, pos, chunk_hi[k], pos + 1, lo + n_fix, chunk_part_start[k],
                 chunk_open[k], trans, steps, end_accept, start_first, start_other, skip_mode,
-                skip_vars, parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                inst_excluded, fix_start, fix_end, dead_state, scratch_states,
-                scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
-                replay_err[p])
+                skip_vars, lineage, match_thread, end_thread, fix_start, fix_end, dead_state,
+                scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+                slot_out, replay_err[p])
             if replay_err[p, 2] == pos:  # undecided until more rows arrive
                 m = n_spec
                 errors[k, 2] = pos

@@ -72,35 +72,31 @@ def _build():
     @cuda.jit
     def scan_chunks(classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open,
                     trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
-                    parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                    inst_excluded, out_start, out_end, counts, dead_state, scratch_states,
-                    scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
-                    errors):
+                    lineage, match_thread, end_thread, out_start, out_end, counts, dead_state,
+                    scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+                    slot_out, errors):
         k = cuda.grid(1)
         if k < chunk_lo.shape[0]:
             scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
-                       chunk_open, trans, steps, end_accept, start_first, start_other,
-                       skip_mode, skip_vars, parent_thread, parent_inst, match_thread,
-                       end_thread, inst_var, inst_excluded, out_start, out_end, counts,
+                       chunk_open, trans, steps, end_accept, start_first, start_other, skip_mode,
+                       skip_vars, lineage, match_thread, end_thread, out_start, out_end, counts,
                        dead_state, scratch_states, scratch_labels, scratch_excluded,
                        slot_part_start, slot_hi, slot_out, errors)
 
     @cuda.jit
     def repair_chunks(classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
                       chunk_part_start, chunk_open, trans, steps, end_accept, start_first,
-                      start_other, skip_mode, skip_vars, parent_thread, parent_inst,
-                      match_thread, end_thread, inst_var, inst_excluded, out_start, out_end,
-                      counts, fix_start, fix_end, fix_counts, drops, dead_state,
-                      scratch_states, scratch_labels, scratch_excluded, slot_part_start,
-                      slot_hi, slot_out, errors, replay_err):
+                      start_other, skip_mode, skip_vars, lineage, match_thread, end_thread,
+                      out_start, out_end, counts, fix_start, fix_end, fix_counts, drops,
+                      dead_state, scratch_states, scratch_labels, scratch_excluded,
+                      slot_part_start, slot_hi, slot_out, errors, replay_err):
         p = cuda.grid(1)
         if p < part_first_chunk.shape[0] - 1:
             repair_partition(
-                p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
-                chunk_part_start, chunk_open, trans, steps, end_accept, start_first,
-                start_other, skip_mode, skip_vars, parent_thread, parent_inst, match_thread,
-                end_thread, inst_var, inst_excluded, out_start, out_end, counts, fix_start,
-                fix_end, fix_counts, drops, dead_state, scratch_states, scratch_labels,
+                p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
+                chunk_open, trans, steps, end_accept, start_first, start_other, skip_mode,
+                skip_vars, lineage, match_thread, end_thread, out_start, out_end, counts,
+                fix_start, fix_end, fix_counts, drops, dead_state, scratch_states, scratch_labels,
                 scratch_excluded, slot_part_start, slot_hi, slot_out, errors, replay_err)
 
     @cuda.jit
@@ -113,15 +109,13 @@ def _build():
 
     @cuda.jit
     def recover_matches(classes, match_part_start, match_hi, starts, ends, label_offsets,
-                        trans, start_first, start_other, parent_thread, parent_inst,
-                        match_thread, end_thread, inst_var, inst_excluded, states, labels,
-                        excluded):
+                        trans, start_first, start_other, lineage, match_thread, end_thread, states,
+                        labels, excluded):
         i = cuda.grid(1)
         if i < starts.shape[0]:
             recover_match(i, classes, match_part_start, match_hi, starts, ends,
-                          label_offsets, trans, start_first, start_other, parent_thread,
-                          parent_inst, match_thread, end_thread, inst_var, inst_excluded,
-                          states, labels, excluded)
+                          label_offsets, trans, start_first, start_other, lineage, match_thread,
+                          end_thread, states, labels, excluded)
 
     return {"scan": scan_chunks, "repair": repair_chunks, "gather": gather_chunks,
             "recover": recover_matches}
@@ -146,12 +140,9 @@ class DeviceTables:
         self.trans = d(tables.trans)
         self.steps = d(tables.steps)
         self.end_accept = d(tables.end_accept)
-        self.parent_thread = d(tables.parent_thread)
-        self.parent_inst = d(tables.parent_inst)
+        self.lineage = d(tables.lineage)
         self.match_thread = d(tables.match_thread)
         self.end_thread = d(tables.end_thread)
-        self.inst_var = d(tables.inst_var)
-        self.inst_excluded = d(tables.inst_excluded)
         self.start_first = np.int32(tables.start_first)
         self.start_other = np.int32(tables.start_other)
 
@@ -198,8 +189,7 @@ def run_scan(backend, classes, offsets: np.ndarray, tables: DeviceTables, skip_m
     errors = xp.zeros((n_chunks, 3), dtype=np.int64)
     t = tables
     dfa_args = (t.trans, t.steps, t.end_accept, t.start_first, t.start_other,
-                np.int32(skip_mode), np.int64(skip_vars), t.parent_thread, t.parent_inst,
-                t.match_thread, t.end_thread, t.inst_var, t.inst_excluded)
+                np.int32(skip_mode), np.int64(skip_vars), t.lineage, t.match_thread, t.end_thread)
     scratch = (dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
                slot_hi, slot_out)
     launch(backend, "scan", n_chunks, classes, chunk_lo, chunk_stop, chunk_hi,
@@ -257,7 +247,6 @@ def run_recovery(backend, classes, offsets: np.ndarray, starts, ends, partitions
     match_hi = backend.to_device(offsets[1:])[partitions]
     t = tables
     launch(backend, "recover", starts.shape[0], classes, match_part_start, match_hi, starts,
-           ends, label_offsets, t.trans, t.start_first, t.start_other, t.parent_thread,
-           t.parent_inst, t.match_thread, t.end_thread, t.inst_var, t.inst_excluded, states,
-           labels, excluded)
+           ends, label_offsets, t.trans, t.start_first, t.start_other, t.lineage, t.match_thread,
+           t.end_thread, states, labels, excluded)
     return label_offsets, labels, excluded

@@ -69,8 +69,8 @@ MEMO_MIN_ROWS = 16
 
 @register_jitable
 def recover_paths(classes, first, last, match_part_start, match_hi, starts, ends, out_at,
-                  trans, start_first, start_other, parent_thread, parent_inst, match_thread,
-                  end_thread, inst_var, inst_excluded, states, labels, excluded):
+                  trans, start_first, start_other, lineage, match_thread, end_thread, states,
+                  labels, excluded):
     """For matches ``first .. last-1`` (``[starts[i], ends[i])``, partition
     starting at ``match_part_start[i]`` -- -1 when it lies before the rows at
     hand -- and ending at ``match_hi[i]``), write each row's variable id and
@@ -95,18 +95,17 @@ def recover_paths(classes, first, last, match_part_start, match_hi, starts, ends
         for q in range(e - 1, s - 1, -1):
             before = states[out + q - s]
             c = classes[q]
-            inst = parent_inst[before, c, thread]
-            labels[out + q - s] = inst_var[inst]
-            excluded[out + q - s] = inst_excluded[inst]
-            thread = parent_thread[before, c, thread]
+            step = lineage[before, c, thread]    # one lookup: parent, variable, mark
+            labels[out + q - s] = (step >> 16) & 0xFFFF
+            excluded[out + q - s] = (step >> 32) & 1
+            thread = step & 0xFFFF
 
 
 @register_jitable
 def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans, steps,
-                   end_accept, start_first, start_other, skip_mode, skip_vars, parent_thread,
-                   parent_inst, match_thread, end_thread, inst_var, inst_excluded, out_start,
-                   out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
-                   slot_part_start, slot_hi, slot_out, err):
+                   end_accept, start_first, start_other, skip_mode, skip_vars, lineage,
+                   match_thread, end_thread, out_start, out_end, dead_state, scratch_states,
+                   scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, err):
     """Scan rows ``lo .. hi-1`` of one partition, starting searches only
     below ``stop`` (``hi`` for a whole partition; a chunk's end when the GPU
     splits a partition, whose searches still read on to ``hi``); write its
@@ -169,9 +168,9 @@ def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans,
             slot_hi[slot] = hi
             slot_out[slot] = pos
             recover_paths(classes, slot, slot + 1, slot_part_start, slot_hi, out_start,
-                          out_end, slot_out, trans, start_first, start_other, parent_thread,
-                          parent_inst, match_thread, end_thread, inst_var, inst_excluded,
-                          scratch_states, scratch_labels, scratch_excluded)
+                          out_end, slot_out, trans, start_first, start_other, lineage,
+                          match_thread, end_thread, scratch_states, scratch_labels,
+                          scratch_excluded)
             target = -1
             for r in range(pos, best):
                 if (skip_vars >> scratch_labels[r]) & 1:
@@ -193,23 +192,20 @@ def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans,
 # partition / per chunk of matches, so the call is amortised.
 
 def scan_partitions(classes, scan_lo, scan_hi, part_start, open_end, trans, steps, end_accept,
-                    start_first, start_other, skip_mode, skip_vars, parent_thread, parent_inst,
-                    match_thread, end_thread, inst_var, inst_excluded, out_start, out_end,
-                    counts, dead_state, scratch_states, scratch_labels, scratch_excluded,
-                    slot_part_start, slot_hi, slot_out, errors):
+                    start_first, start_other, skip_mode, skip_vars, lineage, match_thread,
+                    end_thread, out_start, out_end, counts, dead_state, scratch_states,
+                    scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors):
     for p in range(scan_lo.shape[0]):
         counts[p] = scan_partition(
             classes, scan_lo[p], scan_hi[p], scan_hi[p], scan_lo[p], part_start[p], open_end[p],
-            trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
-            parent_thread, parent_inst, match_thread, end_thread, inst_var, inst_excluded,
-            out_start, out_end, dead_state, scratch_states, scratch_labels, scratch_excluded,
-            slot_part_start, slot_hi, slot_out, errors[p])
+            trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars, lineage,
+            match_thread, end_thread, out_start, out_end, dead_state, scratch_states,
+            scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors[p])
 
 
 def scan_partitions_parallel(classes, scan_lo, scan_hi, part_start, open_end, trans, steps,
-                             end_accept, start_first, start_other, skip_mode, skip_vars,
-                             parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                             inst_excluded, out_start, out_end, counts, dead_state,
+                             end_accept, start_first, start_other, skip_mode, skip_vars, lineage,
+                             match_thread, end_thread, out_start, out_end, counts, dead_state,
                              scratch_states, scratch_labels, scratch_excluded, slot_part_start,
                              slot_hi, slot_out, errors, groups):
     """As scan_partitions, one thread per group of consecutive partitions
@@ -220,9 +216,9 @@ def scan_partitions_parallel(classes, scan_lo, scan_hi, part_start, open_end, tr
             counts[p] = scan_partition(
                 classes, scan_lo[p], scan_hi[p], scan_hi[p], scan_lo[p], part_start[p],
                 open_end[p], trans, steps, end_accept, start_first, start_other, skip_mode,
-                skip_vars, parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                inst_excluded, out_start, out_end, dead_state, scratch_states, scratch_labels,
-                scratch_excluded, slot_part_start, slot_hi, slot_out, errors[p])
+                skip_vars, lineage, match_thread, end_thread, out_start, out_end, dead_state,
+                scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+                slot_out, errors[p])
 
 
 # Matches per call of the recovery body on the CPU: enough to amortise the call.
@@ -230,28 +226,25 @@ RECOVER_CHUNK = 4096
 
 
 def recover_all(classes, match_part_start, match_hi, starts, ends, label_offsets, trans,
-                start_first, start_other, parent_thread, parent_inst, match_thread,
-                end_thread, inst_var, inst_excluded, states, labels, excluded):
+                start_first, start_other, lineage, match_thread, end_thread, states, labels,
+                excluded):
     n = starts.shape[0]
     for chunk in range((n + RECOVER_CHUNK - 1) // RECOVER_CHUNK):
         first = chunk * RECOVER_CHUNK
         recover_paths(classes, first, min(n, first + RECOVER_CHUNK), match_part_start,
                       match_hi, starts, ends, label_offsets, trans, start_first, start_other,
-                      parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                      inst_excluded, states, labels, excluded)
+                      lineage, match_thread, end_thread, states, labels, excluded)
 
 
 def recover_all_parallel(classes, match_part_start, match_hi, starts, ends, label_offsets,
-                         trans, start_first, start_other, parent_thread, parent_inst,
-                         match_thread, end_thread, inst_var, inst_excluded, states, labels,
-                         excluded):
+                         trans, start_first, start_other, lineage, match_thread, end_thread,
+                         states, labels, excluded):
     n = starts.shape[0]
     for chunk in prange((n + RECOVER_CHUNK - 1) // RECOVER_CHUNK):
         first = chunk * RECOVER_CHUNK
         recover_paths(classes, first, min(n, first + RECOVER_CHUNK), match_part_start,
                       match_hi, starts, ends, label_offsets, trans, start_first, start_other,
-                      parent_thread, parent_inst, match_thread, end_thread, inst_var,
-                      inst_excluded, states, labels, excluded)
+                      lineage, match_thread, end_thread, states, labels, excluded)
 
 
 def mark_present(classes, seen):
@@ -412,10 +405,9 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     t = tables
     args = (classes, scan_lo, scan_hi, part_start, open_flags, t.trans, t.steps, t.end_accept,
             np.int32(t.start_first), np.int32(t.start_other), np.int32(skip_mode),
-            np.int64(skip_vars), t.parent_thread, t.parent_inst, t.match_thread, t.end_thread,
-            t.inst_var, t.inst_excluded, out_start, out_end, counts, dead_state,
-            scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
-            slot_out, errors)
+            np.int64(skip_vars), t.lineage, t.match_thread, t.end_thread, out_start, out_end,
+            counts, dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
+            slot_hi, slot_out, errors)
     with _kernels_for(n, n_parts > 1, compiled) as kernels:
         if compiled and kernels is _compiled.get(True):
             kernels[0](*args, _row_balanced_groups(scan_hi - scan_lo))
@@ -477,9 +469,8 @@ def _chunked_scan(classes, scan_lo, scan_hi, part_start, open_end: bool, tables,
         errors = np.zeros((n_chunks, 3), dtype=np.int64)
         t = tables
         dfa_args = (t.trans, t.steps, t.end_accept, np.int32(t.start_first),
-                    np.int32(t.start_other), np.int32(skip_mode), np.int64(skip_vars),
-                    t.parent_thread, t.parent_inst, t.match_thread, t.end_thread, t.inst_var,
-                    t.inst_excluded)
+                    np.int32(t.start_other), np.int32(skip_mode), np.int64(skip_vars), t.lineage,
+                    t.match_thread, t.end_thread)
         drive["scan"](n_chunks, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
                       chunk_open, *dfa_args, out_start, out_end, counts, *scratch, errors)
         fix_counts = np.zeros(n_chunks, dtype=np.int64)
@@ -531,6 +522,6 @@ def run_recovery(classes: np.ndarray, offsets: np.ndarray, starts: np.ndarray,
     with _kernels_for(total, True, compiled) as kernels:
         fn = kernels[1]
         fn(classes, match_part_start, match_hi, starts, ends, label_offsets, t.trans,
-           np.int32(t.start_first), np.int32(t.start_other), t.parent_thread, t.parent_inst,
-           t.match_thread, t.end_thread, t.inst_var, t.inst_excluded, states, labels, excluded)
+           np.int32(t.start_first), np.int32(t.start_other), t.lineage, t.match_thread,
+           t.end_thread, states, labels, excluded)
     return label_offsets, labels, excluded.astype(bool)
