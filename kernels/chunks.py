@@ -31,7 +31,7 @@ def scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chu
                steps, end_accept, start_first, start_other, skip_mode, skip_vars, lineage,
                match_thread, end_thread, out_start, out_end, counts, dead_state, scratch_states,
                scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors):
-    """Speculative scan of chunk ``k`` (module header, step 1)."""
+    """Speculative scan of chunk ``k`` (kernels/gpu_scan.py's header, step 1)."""
     counts[k] = scan_partition(
         classes, chunk_lo[k], chunk_hi[k], chunk_stop[k], chunk_lo[k], chunk_part_start[k],
         chunk_open[k], trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
@@ -43,7 +43,7 @@ def scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chu
 def recover_match(i, classes, match_part_start, match_hi, starts, ends, label_offsets, trans,
                   start_first, start_other, lineage, match_thread, end_thread, states, labels,
                   excluded):
-    """Path recovery of match ``i`` (module header, step 4)."""
+    """Path recovery of match ``i`` (kernels/gpu_scan.py's header, step 4)."""
     recover_paths(classes, i, i + 1, match_part_start, match_hi, starts, ends, label_offsets,
                   trans, start_first, start_other, lineage, match_thread, end_thread, states,
                   labels, excluded)
@@ -57,7 +57,7 @@ def repair_partition(p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_h
                      scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
                      slot_out, errors, replay_err):
     """Walk partition ``p``'s chunks in order and repair each whose
-    speculation started off the true scan (module header, step 2).
+    speculation started off the true scan (kernels/gpu_scan.py's header, step 2).
     ``errors[k, 2]`` ends as the row the true scan leaves chunk k at; below
     ``chunk_stop[k]`` it is an undecided search of an open partition, where
     the true scan stops: later chunks' matches are dropped."""
