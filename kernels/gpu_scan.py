@@ -28,9 +28,14 @@ one thread each, so that one 1e9-row partition fills the device as well as
    deterministic order, no atomics.
 4. ``recover_matches``: one thread per match runs ``recover_paths``.
 
-SKIP TO FIRST/LAST recovers paths inside the scan into scratch indexed by
-row, which chunks of one partition would share: that mode runs one chunk per
-partition. The dead-state memo (``dead_state``) is shared by all threads:
+The bodies of these steps (``scan_chunk``, ``repair_partition``,
+``gather_chunk``, ``recover_match``) live in kernels/chunks.py, whose CPU
+drivers run them over cores for long partitions. In a stream of batches the
+last partition is open: a search reaching its end undecided stops the true
+scan there (the repair drops later chunks' matches) and the next batch
+resumes at that row. SKIP TO FIRST/LAST recovers paths inside the scan into
+scratch indexed by row, which chunks of one partition would share: that mode
+runs one chunk per partition. The dead-state memo (``dead_state``) is shared by all threads:
 every value written is a fact (a DFA state from which no match follows at
 that row), whoever wrote it, so races only lose memo hits.
 
