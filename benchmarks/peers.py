@@ -10,8 +10,8 @@ matches, and prints the speed ratio measured in this one run. JSON goes to
 
 Usage::
 
-    python -m venv /tmp/peer && /tmp/peer/bin/pip install pandas-match-recognize
-    python benchmarks/peers.py --peer-python /tmp/peer/bin/python --rows 1e6
+    python -m venv peer-venv && peer-venv/bin/pip install pandas-match-recognize
+    python benchmarks/peers.py --peer-python peer-venv/bin/python --rows 1e6
 
 Both sides read the same CSV into pandas and are timed on the in-memory
 frame, best of ``--repeat`` runs after one warm-up (imports, JIT), so file
