@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .scan import recover_paths, register_jitable, scan_partition
+from .scan import (SKIP_TO_FIRST, SKIP_TO_LAST, SKIP_TO_NEXT_ROW, recover_paths,
+                   register_jitable, scan_partition)
 
 try:
     from numba import prange
@@ -149,6 +150,61 @@ def chunk_plan(xp, scan_lo, scan_hi, part_start, open_last: bool, chunk_rows: in
     chunk_open = (chunk_part == n_parts - 1) & bool(open_last)
     return (part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi,
             part_start[chunk_part], chunk_open)
+
+
+def scan_in_chunks(xp, launch, classes, scan_lo, scan_hi, part_start, open_end: bool,
+                   tables, skip_mode: int, skip_vars: int, chunk_rows: int) -> tuple:
+    """Speculative scan, repair and compaction of every partition's scan
+    range (host arrays, as ``scan.scan_ranges`` gives them) in chunks of
+    ``chunk_rows``: ``(starts, ends exclusive, partitions, errors,
+    first_out, chunk_lo, part_first_chunk)`` in the array module ``xp``.
+    ``errors`` is per chunk (code, slot, row its true scan leaves at);
+    ``first_out[k]`` where chunk k's matches begin. ``launch(name, jobs,
+    *args)`` runs a body (``CPU_DRIVERS`` on the cores, or the CUDA kernels
+    of kernels/gpu_scan.py) over ``jobs`` indices; ``tables`` has the
+    arrays of ``pattern.dfa.DfaTables`` (on the device for the GPU)."""
+    n = classes.shape[0]
+    if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST):
+        chunk_rows = max(n, 1)          # path scratch is per row: one chunk per partition
+    (part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
+     chunk_open) = chunk_plan(xp, scan_lo, scan_hi, part_start, open_end, chunk_rows)
+    n_chunks, n_parts = chunk_lo.shape[0], len(scan_lo)
+    slot_type = np.int32 if n < 2 ** 31 - 1 else np.int64
+    out_start = xp.empty(max(n, 1), dtype=slot_type)
+    out_end = xp.empty(max(n, 1), dtype=slot_type)
+    counts = xp.zeros(n_chunks, dtype=np.int64)
+    dead_state = xp.zeros(max(n, 1), dtype=np.int16)   # 1 + state: the DFA cap is 10,000
+    path_scratch = n if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST) else 1
+    scratch = (dead_state, xp.empty(path_scratch, dtype=np.int32),
+               xp.empty(path_scratch, dtype=np.int16), xp.empty(path_scratch, dtype=np.uint8),
+               xp.empty(path_scratch, dtype=np.int64), xp.empty(path_scratch, dtype=np.int64),
+               xp.empty(path_scratch, dtype=np.int64))
+    errors = xp.zeros((n_chunks, 3), dtype=np.int64)
+    t = tables
+    dfa_args = (t.trans, t.steps, t.end_accept, np.int32(t.start_first),
+                np.int32(t.start_other), np.int32(skip_mode), np.int64(skip_vars), t.lineage,
+                t.match_thread, t.end_thread)
+    launch("scan", n_chunks, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
+           chunk_open, *dfa_args, out_start, out_end, counts, *scratch, errors)
+    fix_counts = xp.zeros(n_chunks, dtype=np.int64)
+    drops = xp.zeros(n_chunks, dtype=np.int64)
+    fix_start = fix_end = out_start[:1]         # unused unless a partition has two chunks
+    if n_chunks > n_parts and (skip_mode != SKIP_TO_NEXT_ROW or open_end):
+        fix_start = xp.empty(n, dtype=slot_type)
+        fix_end = xp.empty(n, dtype=slot_type)
+        replay_err = xp.zeros((n_parts, 3), dtype=np.int64)
+        launch("repair", n_parts, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
+               chunk_part_start, chunk_open, *dfa_args, out_start, out_end, counts, fix_start,
+               fix_end, fix_counts, drops, *scratch, errors, replay_err)
+    first_out = xp.zeros(n_chunks + 1, dtype=np.int64)
+    xp.cumsum(fix_counts + counts - drops, out=first_out[1:])
+    total = int(first_out[-1])
+    starts = xp.empty(total, dtype=np.int64)
+    ends = xp.empty(total, dtype=np.int64)
+    partitions = xp.empty(total, dtype=np.int64)
+    launch("gather", n_chunks, chunk_lo, chunk_part, out_start, out_end, counts, fix_start,
+           fix_end, fix_counts, drops, first_out, starts, ends, partitions)
+    return starts, ends, partitions, errors, first_out, chunk_lo, part_first_chunk
 
 
 # CPU drivers: one thread index per chunk (or partition), over all cores.

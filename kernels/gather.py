@@ -19,7 +19,6 @@ Cost: O(output rows x row sets) per chunk, one cache line per distinct row.
 
 from __future__ import annotations
 
-import numpy as np
 
 try:
     from numba.extending import register_jitable

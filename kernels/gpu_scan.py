@@ -52,8 +52,8 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-from .chunks import chunk_plan, gather_chunk, recover_match, repair_partition, scan_chunk
-from .scan import SKIP_TO_FIRST, SKIP_TO_LAST, SKIP_TO_NEXT_ROW
+from .chunks import gather_chunk, recover_match, repair_partition, scan_chunk, scan_in_chunks
+from .scan import scan_ranges
 
 _compiled: dict = {}
 
@@ -163,62 +163,15 @@ def run_scan(backend, classes, offsets: np.ndarray, tables: DeviceTables, skip_m
     ``offsets`` (host) are the partition offsets; the stream arguments are
     those of ``kernels.scan.run_scan``."""
     xp = backend.xp
-    n = classes.shape[0]
-    offsets = np.asarray(offsets, dtype=np.int64)
-    n_parts = offsets.shape[0] - 1
-    scan_lo, scan_hi, part_start = offsets[:-1].copy(), offsets[1:].copy(), offsets[:-1].copy()
-    if n_parts and scan_from >= 0:
-        scan_lo[0] = scan_from
-        if continues:
-            part_start[0] = -1
-    if n_parts and open_end:
-        scan_hi[-1] = max(scan_lo[-1], scan_hi[-1] - end_margin)
-    if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST):
-        chunk_rows = max(n, 1)              # path scratch is per row: one chunk per partition
-    plan = chunk_plan(backend.xp, scan_lo, scan_hi, part_start, open_end, chunk_rows)
-    (part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
-     chunk_open) = plan
+    scan_lo, scan_hi, part_start = scan_ranges(offsets, scan_from, continues, open_end,
+                                               end_margin)
+
+    def run(name, jobs, *args):
+        launch(backend, name, jobs, *args)
+    starts, ends, partitions, errors, first_out, chunk_lo, _ = scan_in_chunks(
+        xp, run, classes, scan_lo, scan_hi, part_start, open_end, tables, skip_mode, skip_vars,
+        chunk_rows)
     n_chunks = chunk_lo.shape[0]
-    slot_type = np.int32 if n < 2 ** 31 - 1 else np.int64
-    out_start = xp.empty(max(n, 1), dtype=slot_type)
-    out_end = xp.empty(max(n, 1), dtype=slot_type)
-    counts = xp.zeros(n_chunks, dtype=np.int64)
-    dead_state = xp.zeros(max(n, 1), dtype=np.int16)   # 1 + state: the DFA cap is 10,000
-    path_scratch = n if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST) else 1
-    scratch_states = xp.empty(path_scratch, dtype=np.int32)
-    scratch_labels = xp.empty(path_scratch, dtype=np.int16)
-    scratch_excluded = xp.empty(path_scratch, dtype=np.uint8)
-    slot_part_start = xp.empty(path_scratch, dtype=np.int64)
-    slot_hi = xp.empty(path_scratch, dtype=np.int64)
-    slot_out = xp.empty(path_scratch, dtype=np.int64)
-    errors = xp.zeros((n_chunks, 3), dtype=np.int64)
-    t = tables
-    dfa_args = (t.trans, t.steps, t.end_accept, t.start_first, t.start_other,
-                np.int32(skip_mode), np.int64(skip_vars), t.lineage, t.match_thread, t.end_thread)
-    scratch = (dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
-               slot_hi, slot_out)
-    launch(backend, "scan", n_chunks, classes, chunk_lo, chunk_stop, chunk_hi,
-           chunk_part_start, chunk_open, *dfa_args, out_start, out_end, counts, *scratch,
-           errors)
-    fix_counts = xp.zeros(n_chunks, dtype=np.int64)
-    drops = xp.zeros(n_chunks, dtype=np.int64)
-    fix_start = fix_end = out_start[:1]         # unused unless a partition has two chunks
-    if n_chunks > n_parts and (skip_mode != SKIP_TO_NEXT_ROW or open_end):
-        fix_start = xp.empty(n, dtype=slot_type)
-        fix_end = xp.empty(n, dtype=slot_type)
-        replay_err = xp.zeros((n_parts, 3), dtype=np.int64)
-        launch(backend, "repair", n_parts, classes, part_first_chunk, chunk_lo, chunk_stop,
-               chunk_hi, chunk_part_start, chunk_open, *dfa_args, out_start, out_end, counts,
-               fix_start, fix_end, fix_counts, drops, *scratch, errors, replay_err)
-    kept = fix_counts + counts - drops
-    first_out = xp.zeros(n_chunks + 1, dtype=np.int64)
-    xp.cumsum(kept, out=first_out[1:])
-    total = backend.scalar(first_out[-1])
-    starts = xp.empty(total, dtype=np.int64)
-    ends = xp.empty(total, dtype=np.int64)
-    partitions = xp.empty(total, dtype=np.int64)
-    launch(backend, "gather", n_chunks, chunk_lo, chunk_part, out_start, out_end, counts,
-           fix_start, fix_end, fix_counts, drops, first_out, starts, ends, partitions)
     failure = None
     failing = xp.flatnonzero(errors[:, 0])
     if failing.shape[0]:

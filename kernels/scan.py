@@ -352,6 +352,24 @@ def _cpu_kernels(parallel: bool = False):
     return hit
 
 
+def scan_ranges(offsets, scan_from: int = -1, continues: bool = False, open_end: bool = False,
+                end_margin: int = 0) -> tuple:
+    """Per partition (host int64 arrays): the first row a search may start
+    at, the end of its scan, and its first row (-1 when it began in an
+    earlier batch) -- the stream arguments of :func:`run_scan` applied to
+    the partition offsets."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n_parts = offsets.shape[0] - 1
+    scan_lo, scan_hi, part_start = offsets[:-1].copy(), offsets[1:].copy(), offsets[:-1].copy()
+    if n_parts and scan_from >= 0:
+        scan_lo[0] = scan_from
+        if continues:
+            part_start[0] = -1
+    if n_parts and open_end:
+        scan_hi[-1] = max(scan_lo[-1], scan_hi[-1] - end_margin)
+    return scan_lo, scan_hi, part_start
+
+
 def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
              skip_vars: int = 0, compiled: bool = True, scan_from: int = -1,
              continues: bool = False, open_end: bool = False, end_margin: int = 0) -> tuple:
@@ -372,18 +390,11 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     """
     n = classes.shape[0]
     n_parts = offsets.shape[0] - 1
-    offsets = offsets.astype(np.int64, copy=False)
-    scan_lo = offsets[:-1].copy()
-    scan_hi = offsets[1:].copy()
-    part_start = offsets[:-1].copy()
+    scan_lo, scan_hi, part_start = scan_ranges(offsets, scan_from, continues, open_end,
+                                               end_margin)
     open_flags = np.zeros(n_parts, dtype=np.bool_)
-    if n_parts and scan_from >= 0:
-        scan_lo[0] = scan_from
-        if continues:
-            part_start[0] = -1
     if n_parts and open_end:
         open_flags[-1] = True
-        scan_hi[-1] = max(scan_lo[-1], scan_hi[-1] - end_margin)
     if (compiled and n >= CHUNKED_MIN_ROWS and n_parts
             and skip_mode in (SKIP_PAST_LAST_ROW, SKIP_TO_NEXT_ROW)):
         chunked = _chunked_scan(classes, scan_lo, scan_hi, part_start, open_end, tables,
@@ -454,48 +465,18 @@ def _chunked_scan(classes, scan_lo, scan_hi, part_start, open_end: bool, tables,
         if not _chunk_drivers:
             jit = numba.njit(nogil=True, parallel=True, cache=True)
             _chunk_drivers.update({name: jit(fn) for name, fn in C.CPU_DRIVERS.items()})
-        drive = _chunk_drivers
+
+        def launch(name, jobs, *args):
+            _chunk_drivers[name](jobs, *args)
         chunk_rows = max(CHUNK_MIN_ROWS, -(-widest // (4 * threads)))
-        (part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
-         chunk_open) = C.chunk_plan(np, scan_lo, scan_hi, part_start, open_end, chunk_rows)
-        n_chunks, n_parts = chunk_lo.shape[0], scan_lo.shape[0]
-        out_start = np.empty(n, dtype=np.int64)
-        out_end = np.empty(n, dtype=np.int64)
-        counts = np.zeros(n_chunks, dtype=np.int64)
-        dead_state = np.zeros(n, dtype=np.int32)
-        one = np.empty(1, dtype=np.int64)       # path scratch: unused in these skip modes
-        scratch = (dead_state, np.empty(1, np.int32), np.empty(1, np.int16),
-                   np.empty(1, np.uint8), one, one, one)
-        errors = np.zeros((n_chunks, 3), dtype=np.int64)
-        t = tables
-        dfa_args = (t.trans, t.steps, t.end_accept, np.int32(t.start_first),
-                    np.int32(t.start_other), np.int32(skip_mode), np.int64(skip_vars), t.lineage,
-                    t.match_thread, t.end_thread)
-        drive["scan"](n_chunks, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
-                      chunk_open, *dfa_args, out_start, out_end, counts, *scratch, errors)
-        fix_counts = np.zeros(n_chunks, dtype=np.int64)
-        drops = np.zeros(n_chunks, dtype=np.int64)
-        fix_start = fix_end = out_start[:1]
-        if n_chunks > n_parts and (skip_mode != SKIP_TO_NEXT_ROW or open_end):
-            fix_start = np.empty(n, dtype=np.int64)
-            fix_end = np.empty(n, dtype=np.int64)
-            replay_err = np.zeros((n_parts, 3), dtype=np.int64)
-            drive["repair"](n_parts, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
-                            chunk_part_start, chunk_open, *dfa_args, out_start, out_end, counts,
-                            fix_start, fix_end, fix_counts, drops, *scratch, errors, replay_err)
-        first_out = np.zeros(n_chunks + 1, dtype=np.int64)
-        np.cumsum(fix_counts + counts - drops, out=first_out[1:])
-        total = int(first_out[-1])
-        starts = np.empty(total, dtype=np.int64)
-        ends = np.empty(total, dtype=np.int64)
-        partitions = np.empty(total, dtype=np.int64)
-        drive["gather"](n_chunks, chunk_lo, chunk_part, out_start, out_end, counts, fix_start,
-                        fix_end, fix_counts, drops, first_out, starts, ends, partitions)
+        starts, ends, partitions, errors, _, _, part_first_chunk = C.scan_in_chunks(
+            np, launch, classes, scan_lo, scan_hi, part_start, open_end, tables, skip_mode,
+            skip_vars, chunk_rows)
     finally:
         _parallel_lock.release()
     # Per partition: no SKIP errors in these modes; the row its last chunk
     # resumes at (the stream's resume row for the last partition).
-    part_errors = np.zeros((n_parts, 3), dtype=np.int64)
+    part_errors = np.zeros((len(scan_lo), 3), dtype=np.int64)
     part_errors[:, 2] = errors[part_first_chunk[1:] - 1, 2]
     return starts, ends, partitions, part_errors
 
