@@ -153,8 +153,7 @@ class CpuEngine:
         bits = class_bits(query, results, n)
         if n_vars <= _DIRECT_MAX_VARS:
             from ..kernels.scan import present_classes
-            # No rows, no classes: one column keeps the tables well formed.
-            present = present_classes(bits, 1 << n_vars) or [0]
+            present = present_classes(bits, 1 << n_vars)
             classes = bits
         else:
             present, classes = _renumber(bits, n_vars)

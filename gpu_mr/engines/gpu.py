@@ -281,8 +281,7 @@ def classes_and_tables(backend, query: CheckedQuery, dfa: Dfa, bits):
     n_vars = len(query.primary_vars)
     if n_vars <= _DIRECT_MAX_VARS:
         seen = xp.bincount(bits, minlength=1 << n_vars)
-        # No rows, no classes: one column keeps the tables well formed.
-        present = np.flatnonzero(backend.to_host(seen)).tolist() or [0]
+        present = np.flatnonzero(backend.to_host(seen)).tolist()
         classes = bits
     else:
         # Past 8 variables the bitmasks are renumbered densely (rare: a sort

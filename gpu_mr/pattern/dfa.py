@@ -146,7 +146,8 @@ class Dfa:
     def dense_tables(self, classes) -> "DfaTables":
         """The DFA over ``classes`` (the class bitmasks present, in the order
         of their dense index) as arrays for the kernels; see :class:`DfaTables`."""
-        classes = [int(c) for c in classes]
+        # No rows, no classes: one column keeps the tables well formed.
+        classes = [int(c) for c in classes] or [0]
         start_first, start_other = self.start(True), self.start(False)
         self.explore(classes)
         n_states, n_classes = len(self.states), len(classes)
