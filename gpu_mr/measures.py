@@ -57,6 +57,8 @@ from .interpreter import INT64_MAX, INT64_MIN, Interpreter, MatchView, _nav_var
 from .kernels import gather as G
 from .kernels.segmented import (JIT_MIN_ELEMENTS, Segments, find_members, segmented_arg_extreme,
                                 segmented_count, segmented_sum)
+from .kernels.threads import run_pieces, split_even
+from .pattern.nfa import compile_nfa, edge_variables
 from .syntax import ast as A
 from .syntax import types as T
 
@@ -449,10 +451,17 @@ def _gather_sets(src: _FixedChunks, sets: list, spans=None) -> list:
         for g in range(0, len(sets), k_max):
             group = list(range(g, min(g + k_max, len(sets))))
             pad = group + [group[0]] * (k_max - len(group))
-            gather(values, valid if has_valid else _NO_VALID, has_valid, lo, hi, first_out,
-                   end_out, len(group),
-                   *[sets[i] for i in pad], *[outs[i][0] for i in pad],
-                   *[outs[i][1] for i in pad])
+            args = ([sets[i] for i in pad] + [outs[i][0] for i in pad]
+                    + [outs[i][1] for i in pad])
+
+            def piece(a, b, values=values, valid=valid, lo=lo, hi=hi, k=len(group),
+                      args=args):
+                gather(values, valid if has_valid else _NO_VALID, has_valid, lo, hi,
+                       first_out + a, first_out + b, k, *args)
+            # the outputs are independent: on all cores (the kernel drops the GIL)
+            pieces = (split_even(end_out - first_out, len(group))
+                      if gather is not G.DRIVERS[0] else [(0, end_out - first_out)])
+            run_pieces(piece, pieces)
     if has_valid:
         return outs
     return [(values, (rows >= 0).view(np.uint8)) for (values, _), rows in zip(outs, sets)]
@@ -713,6 +722,18 @@ class _Vectors:
     def _final(self, semantics: Optional[str]) -> bool:
         return self.one_row or semantics == "FINAL"
 
+    def _at_edge(self, ids, kind: str, k: int) -> bool:
+        """Whether FIRST/LAST(.., k) over ``ids`` always lands on the match's
+        first/last row (k = 0 and the pattern's first/last row is always one
+        of ``ids``): then no walk over the labels is needed."""
+        if k != 0:
+            return False
+        edges = self._cache.get(("edges",))
+        if edges is None:
+            program = compile_nfa(self.q.pattern, self.q.primary_vars)
+            edges = self._cache[("edges",)] = edge_variables(program)
+        return edges[0 if kind == "FIRST" else 1] <= frozenset(ids)
+
     def _per_match_landing(self, ids, kind: str, k: int) -> np.ndarray:
         """Per match, the element FIRST/LAST(.., k) lands on over the whole
         match, -1 for none."""
@@ -721,7 +742,7 @@ class _Vectors:
         if got is None:
             ma = self.ma
             first, last = ma.label_offsets[:-1], ma.label_offsets[1:] - 1
-            if ids is None:
+            if ids is None or self._at_edge(ids, kind, k):
                 got = np.where(last + 1 - first > k, first + k if kind == "FIRST" else last - k, -1)
             else:
                 got = find_members(self._member(ids), ma.labels, first, last, k, kind == "LAST")
@@ -737,7 +758,7 @@ class _Vectors:
         if got is None:
             ma = self.ma
             first, last = ma.label_offsets[:-1], ma.label_offsets[1:] - 1
-            if ids is None:
+            if ids is None or self._at_edge(ids, kind, k):
                 got = np.where(last + 1 - first > k,
                                ma.start + k if kind == "FIRST" else ma.end - k, -1)
             else:

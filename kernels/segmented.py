@@ -24,6 +24,8 @@ from typing import Optional
 
 import numpy as np
 
+from .threads import run_pieces, split, split_even
+
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
 # Python 3.12 made sum() of floats compensated (Neumaier); the interpreter's
 # SUM and AVG of DOUBLE are whatever sum() does on this Python.
@@ -216,6 +218,23 @@ class Segments:
         return (self.valid, self.has_valid, self.member, self.labels, self.starts, self.offsets,
                 self.per_element)
 
+    def run(self, which: int, out: np.ndarray, before: tuple = (), after: tuple = ()) -> bool:
+        """``self.k[which](*before, *self.args(), *after, out)`` over all the
+        segments: when compiled, in pieces of about equal elements on all
+        cores (threads.py; the kernels release the GIL). True when any
+        piece returned True."""
+        fn = self.k[which]
+        pieces = split(self.offsets) if self.k is not KERNELS else [(0, self.size)]
+        if len(pieces) <= 1:
+            return bool(fn(*before, *self.args(), *after, out))
+        per_element = self.per_element
+
+        def piece(a, b):
+            return fn(*before, self.valid, self.has_valid, self.member, self.labels,
+                      self.starts[a:b], self.offsets[a:b + 1], per_element, *after,
+                      out if per_element else out[a:b])
+        return any(bool(flag) for flag in run_pieces(piece, pieces))
+
 
 def segmented_count(seg: Segments, out: Optional[np.ndarray] = None) -> np.ndarray:
     """Counted elements per segment (or so far, per element). ``out``: where
@@ -229,7 +248,7 @@ to write (``seg.size`` slots), else a new array; the same for the others.
     """
     if out is None:
         out = np.empty(seg.size, dtype=np.int64)
-    seg.k[0](*seg.args(), out)
+    seg.run(0, out)
     return out
 
 
@@ -249,10 +268,10 @@ def segmented_sum(values: np.ndarray, seg: Segments, out: Optional[np.ndarray] =
     if values.dtype.kind == "f":
         if out is None:
             out = np.empty(seg.size, dtype=np.float64)
-        return out, bool(seg.k[2](values, *seg.args(), COMPENSATED_SUM, out))
+        return out, seg.run(2, out, (values,), (COMPENSATED_SUM,))
     if out is None:
         out = np.empty(seg.size, dtype=np.int64)
-    return out, bool(seg.k[1](values, *seg.args(), out))
+    return out, seg.run(1, out, (values,))
 
 
 def segmented_arg_extreme(keys: np.ndarray, seg: Segments, want_max: bool,
@@ -269,7 +288,7 @@ def segmented_arg_extreme(keys: np.ndarray, seg: Segments, want_max: bool,
     """
     if out is None:
         out = np.empty(seg.size, dtype=np.int64)
-    nan = seg.k[3](keys, *seg.args(), bool(want_max), out)
+    nan = seg.run(3, out, (keys,), (bool(want_max),))
     return (out, bool(nan)) if report_nan else out
 
 
@@ -287,6 +306,12 @@ def find_members(member: np.ndarray, labels: np.ndarray, lo: np.ndarray, hi: np.
     """
     out = np.empty(lo.shape[0], dtype=np.int64)
     rows = _NO_ROWS if row_of_lo is None else row_of_lo
-    kernels(labels.shape[0], compiled)[4](member, labels, lo, hi, int(k), bool(from_end), rows,
-                                          out)
+    fn = kernels(labels.shape[0], compiled)[4]
+    # a landing walks a few elements: a few units of work per query
+    pieces = split_even(lo.shape[0], 4) if fn is not KERNELS[4] else [(0, lo.shape[0])]
+
+    def piece(a, b):
+        fn(member, labels, lo[a:b], hi[a:b], int(k), bool(from_end),
+           rows[a:b] if rows.shape[0] else rows, out[a:b])
+    run_pieces(piece, pieces)
     return out

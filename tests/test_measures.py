@@ -26,7 +26,7 @@ from gpu_mr.engines.base import MatchArrays
 from gpu_mr.engines.reference import ReferenceEngine
 from gpu_mr.errors import DataError, GpuMrError, MatchRuntimeError
 from gpu_mr.frames import sort_for_matching
-from gpu_mr.kernels import segmented
+from gpu_mr.kernels import segmented, threads
 from gpu_mr.syntax import ast as A
 from gpu_mr.syntax import parse_clause
 
@@ -318,10 +318,20 @@ def test_compensated_sum_mode():
             assert out.tolist() == want
 
 
-def test_compiled_kernels_in_assembly(monkeypatch):
-    """With the numba kernels (used for large inputs): the same table as the
-    interpreter."""
+def _split_everything(monkeypatch):
+    """Every compiled measure kernel call cut into pieces on threads, however
+    small the work (kernels/threads.py)."""
+    monkeypatch.setattr(threads, "MIN_WORK", 1)
+    monkeypatch.setattr(threads, "thread_count", lambda: 3)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_compiled_kernels_in_assembly(monkeypatch, split):
+    """With the numba kernels (used for large inputs), whole or in pieces on
+    threads: the same table as the interpreter."""
     monkeypatch.setattr(segmented, "JIT_MIN_ELEMENTS", 0)
+    if split:
+        _split_everything(monkeypatch)
     n = 600
     rng = np.random.default_rng(1)
     t = pa.table({"p": np.repeat([0, 1], n // 2), "ts": np.arange(n),
@@ -334,12 +344,15 @@ def test_compiled_kernels_in_assembly(monkeypatch):
              "DEFINE B AS price < PREV(price), C AS price > PREV(price)", t)
 
 
-@pytest.mark.parametrize("max_crossing", [0, 64])
-def test_chunked_columns_in_assembly(monkeypatch, max_crossing):
+@pytest.mark.parametrize("max_crossing,split", [(0, False), (64, False), (64, True)])
+def test_chunked_columns_in_assembly(monkeypatch, max_crossing, split):
     """Columns in chunks (one sliced, one dictionary-encoded) with matches
     across the borders, compiled kernels: the interpreter's table, whether
-    the crossing matches run one by one or the chunks are combined."""
+    the crossing matches run one by one or the chunks are combined, and with
+    the kernel calls cut into pieces on threads."""
     monkeypatch.setattr(segmented, "JIT_MIN_ELEMENTS", 0)
+    if split:
+        _split_everything(monkeypatch)
     monkeypatch.setattr(measures, "G_MIN_ROWS", 0)
     monkeypatch.setattr(measures, "_MAX_CROSSING", max_crossing)
     n = 700
@@ -483,6 +496,33 @@ def test_vectorised_assembly_matches_the_interpreter(clause, table):
     assert got_err == want_err, clause
     if want is not None:
         assert_same(got, want)
+
+
+@pytest.mark.parametrize("pattern,first,last", [
+    ("A B+ C+", {"A"}, {"C"}),
+    ("A? B C*", {"A", "B"}, {"B", "C"}),
+    ("(A | B) C? {- D -}", {"A", "B"}, {"D"}),
+    ("^ A* $", {"A"}, {"A"}),
+    ("PERMUTE(A, B) C*", {"A", "B"}, {"A", "B", "C"}),
+])
+def test_edge_variables_and_first_last_at_the_edges(pattern, first, last):
+    """The variables that can take a match's first and last rows; FIRST(v.x)
+    / LAST(v.x) read the match's edge rows only where every match's edge
+    row is v's, and agree with the interpreter either way."""
+    from gpu_mr.pattern.nfa import compile_nfa, edge_variables
+    names = ("A", "B", "C", "D")
+    query = analyze(parse_clause(f"MEASURES COUNT(*) AS n PATTERN ({pattern}) "
+                                 "DEFINE A AS TRUE"), pa.schema([("x", pa.int64())]))
+    got = edge_variables(compile_nfa(query.pattern, query.primary_vars))
+    as_names = [{query.primary_vars[i] for i in ids} for ids in got]
+    assert as_names == [first, last]
+    rng = np.random.default_rng(3)
+    t = pa.table({"ts": np.arange(60), "x": rng.integers(0, 4, 60)})
+    used = sorted(set(query.primary_vars) & set(names))
+    defines = ", ".join(f"{v} AS x % 4 <> {i}" for i, v in enumerate(used))
+    measures_ = ", ".join(f"FIRST({v}.ts) AS f{v}, LAST({v}.ts) AS l{v}" for v in used)
+    both(f"ORDER BY ts MEASURES {measures_} ONE ROW PER MATCH PATTERN ({pattern}) "
+         f"DEFINE {defines}", t)
 
 
 def test_nan_only_where_counted_falls_back(monkeypatch):

@@ -94,6 +94,41 @@ def compile_nfa(pattern: A.Pattern, var_names: tuple) -> Program:
     return Program(tuple(builder.insts), start, tuple(var_names))
 
 
+def edge_variables(program: Program) -> tuple:
+    """``(first, last)``: the variable ids that can take the first row of a
+    non-empty match, and those that can take its last row. A superset: every
+    epsilon edge counts as passable (anchors and possessive guards included),
+    so a variable missing from ``first`` never takes a match's first row.
+    Why: FIRST(A.x) of a pattern that always begins with A is the match's
+    first row, with no walk over the match's labels (measures.py).
+
+    >>> from ..syntax import parse_clause
+    >>> p = parse_clause("PATTERN (S D+ U+) DEFINE D AS TRUE").pattern
+    >>> edge_variables(compile_nfa(p, ("S", "D", "U")))
+    (frozenset({0}), frozenset({2}))
+    """
+    insts = program.insts
+
+    def closure(entry: int) -> set:
+        seen, stack = set(), [entry]
+        while stack:
+            i = stack.pop()
+            if i in seen or i < 0:
+                continue
+            seen.add(i)
+            inst = insts[i]
+            if inst.op == SPLIT:
+                stack += [inst.out, inst.out2]
+            elif inst.op not in (CONSUME, MATCH):
+                stack.append(inst.out)
+        return seen
+
+    first = frozenset(insts[i].var for i in closure(program.start) if insts[i].op == CONSUME)
+    last = frozenset(inst.var for inst in insts if inst.op == CONSUME
+                     and any(insts[j].op == MATCH for j in closure(inst.out)))
+    return first, last
+
+
 class _Builder:
     """Builds instructions back to front: ``compile(p, next)`` returns the
     entry of p's fragment, whose exits all lead to ``next``."""

@@ -1,0 +1,97 @@
+"""Compiled, GIL-free kernels over independent ranges, on every core.
+
+What: ``split(weights_cum, parts)`` cuts a range of jobs into pieces of about
+equal work; ``run_pieces(fn, pieces)`` calls ``fn(lo, hi)`` for each piece on
+a shared pool of Python threads and returns the results in order.
+Why: the MEASURES kernels (segmented aggregates, FIRST/LAST landings,
+gathers) are numba functions compiled with ``nogil=True`` whose jobs (the
+matches, the output rows) are independent. One call per piece, each on its
+own thread, runs them on all cores without a ``prange`` twin of every kernel
+and without numba's threading layer (whose work-queue fallback serves one
+parallel launch at a time: the scan's).
+Cost: about 0.1 ms of thread hand-off per call; work below ``MIN_WORK`` per
+thread is not split (it would cost more than it saves).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+# Jobs' work (elements, output rows) below which one thread runs them all:
+# a split costs about 0.1 ms, which this much work repays.
+MIN_WORK = 200_000
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def thread_count() -> int:
+    """numba's thread count (NUMBA_NUM_THREADS, set_num_threads), which the
+    scan's parallel kernels use too; the CPU count without numba."""
+    try:
+        import numba
+        return max(1, int(numba.get_num_threads()))
+    except ImportError:
+        return max(1, os.cpu_count() or 1)
+
+
+def _executor(workers: int) -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None or _pool._max_workers < workers:
+            _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gpu_mr")
+        return _pool
+
+
+def split(work_before, parts: int = 0) -> list:
+    """``(lo, hi)`` job ranges of about equal work, at most ``parts`` (0:
+    :func:`thread_count`) and none under ``MIN_WORK``. ``work_before``: the
+    work of the jobs before each job, one more entry than jobs (a CSR
+    offsets array: jobs ``lo .. hi-1`` do ``work_before[hi] -
+    work_before[lo]``).
+
+    >>> import numpy as np
+    >>> split(np.arange(0, 1_000_001, 1000), parts=2)
+    [(0, 500), (500, 1000)]
+    >>> split(np.array([0, 5, 9]), parts=2)
+    [(0, 2)]
+    """
+    jobs = len(work_before) - 1
+    if jobs <= 0:
+        return []
+    total = int(work_before[-1]) - int(work_before[0])
+    parts = min(parts or thread_count(), max(1, total // MIN_WORK), jobs)
+    if parts <= 1:
+        return [(0, jobs)]
+    targets = int(work_before[0]) + total * np.arange(1, parts) // parts
+    cuts = np.searchsorted(work_before, targets, side="left").tolist()
+    bounds = sorted(set([0] + [min(max(c, 0), jobs) for c in cuts] + [jobs]))
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def split_even(jobs: int, work_per_job: int = 1, parts: int = 0) -> list:
+    """:func:`split` for ``jobs`` jobs of equal work.
+
+    >>> split_even(10, 100_000, parts=2)
+    [(0, 5), (5, 10)]
+    """
+    if jobs <= 0:
+        return []
+    parts = min(parts or thread_count(), max(1, jobs * work_per_job // MIN_WORK), jobs)
+    bounds = [jobs * i // parts for i in range(parts + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def run_pieces(fn, pieces: list) -> list:
+    """``[fn(lo, hi) for (lo, hi) in pieces]``, the pieces on threads of their
+    own (the first on the calling thread) when there are several."""
+    if len(pieces) <= 1:
+        return [fn(lo, hi) for lo, hi in pieces]
+    pool = _executor(len(pieces) - 1)
+    futures = [pool.submit(fn, lo, hi) for lo, hi in pieces[1:]]
+    first = fn(*pieces[0])
+    return [first] + [f.result() for f in futures]
