@@ -743,7 +743,8 @@ class _Vectors:
             ma = self.ma
             first, last = ma.label_offsets[:-1], ma.label_offsets[1:] - 1
             if ids is None or self._at_edge(ids, kind, k):
-                got = np.where(last + 1 - first > k, first + k if kind == "FIRST" else last - k, -1)
+                got = np.where(last + 1 - first > k,
+                               first + k if kind == "FIRST" else last - k, -1)
             else:
                 got = find_members(self._member(ids), ma.labels, first, last, k, kind == "LAST")
             self._cache[key] = got
