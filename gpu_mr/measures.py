@@ -433,7 +433,7 @@ _NO_VALID = np.ones(1, np.uint8)
 
 
 def _gather_sets(src: _FixedChunks, sets: list, spans=None) -> list:
-    """(values, validity bytes) of ``src`` at each int64 array of rows in
+    """(values, validity bytes or None: no NULL) of ``src`` at each int64 array of rows in
     ``sets`` (-1: NULL), all of one length, in as few passes as possible.
     ``spans(lo, hi)``, if given, bounds the outputs whose rows may lie in
     rows ``lo .. hi - 1`` (so that each chunk's pass skips the others')."""
@@ -464,7 +464,9 @@ def _gather_sets(src: _FixedChunks, sets: list, spans=None) -> list:
             run_pieces(piece, pieces)
     if has_valid:
         return outs
-    return [(values, (rows >= 0).view(np.uint8)) for (values, _), rows in zip(outs, sets)]
+    # No NULL values: NULL only where there is no row (None: none of those)
+    return [(values, (rows >= 0).view(np.uint8) if rows.size and rows.min() < 0 else None)
+            for (values, _), rows in zip(outs, sets)]
 
 
 def _source_spans(offsets: np.ndarray, source: np.ndarray):
@@ -489,9 +491,12 @@ def _output_spans(data: SortedInput, ma: MatchArrays, source: np.ndarray):
     return _source_spans(data.partition_offsets, source)
 
 
-def _fixed_array(src: _FixedChunks, values: np.ndarray, valid: np.ndarray) -> pa.Array:
+def _fixed_array(src: _FixedChunks, values: np.ndarray,
+                 valid: Optional[np.ndarray]) -> pa.Array:
+    """The gathered ``values`` as an Arrow array of the column's type;
+    ``valid`` bytes, or None: no NULL."""
     m = values.shape[0]
-    nulls = m - int(np.count_nonzero(valid))
+    nulls = 0 if valid is None else m - int(np.count_nonzero(valid))
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
     return pa.Array.from_buffers(src.type, m, [bitmap, pa.py_buffer(values)],
                                  null_count=nulls)
@@ -750,6 +755,21 @@ class _Vectors:
             self._cache[key] = got
         return got
 
+    def _lengths(self) -> np.ndarray:
+        """Rows per match."""
+        got = self._cache.get(("lengths",))
+        if got is None:
+            got = self._cache[("lengths",)] = np.diff(self.ma.label_offsets)
+        return got
+
+    def _none_empty(self) -> bool:
+        """Whether every match has at least one row."""
+        got = self._cache.get(("none empty",))
+        if got is None:
+            lengths = self._lengths()
+            got = self._cache[("none empty",)] = not lengths.size or bool(lengths.min() > 0)
+        return got
+
     def _final_rows(self, ids, kind: str, k: int) -> np.ndarray:
         """Per output row of ONE ROW (one per match), the row FIRST/LAST(..,
         k) lands on over the whole match, -1 for none: found by the kernel
@@ -760,8 +780,12 @@ class _Vectors:
             ma = self.ma
             first, last = ma.label_offsets[:-1], ma.label_offsets[1:] - 1
             if ids is None or self._at_edge(ids, kind, k):
-                got = np.where(last + 1 - first > k,
-                               ma.start + k if kind == "FIRST" else ma.end - k, -1)
+                edge = ma.start if kind == "FIRST" else ma.end
+                if k == 0 and self._none_empty():
+                    got = edge                  # no copy: every match has a first row
+                else:
+                    got = np.where(self._lengths() > k, edge + k if kind == "FIRST"
+                                   else edge - k, -1)
             else:
                 got = find_members(self._member(ids), ma.labels, first, last, k,
                                    kind == "LAST", row_of_lo=ma.start)
@@ -1039,7 +1063,7 @@ class _Vectors:
         if e.star:
             if ids is None:
                 if self.one_row:
-                    return self._ints(np.diff(self.ma.label_offsets), None)
+                    return self._ints(self._lengths(), None)
                 upto = self.stop - 1 if final else self.running
                 return self._ints(self._where_has(upto + 1 - self.first, 0), self.has)
             count = segmented_count(self._segments(ids, None, not final))
