@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import DataError
+from .kernels.threads import run_pieces, split_even
 
 __all__ = ["SortedInput", "to_arrow", "from_arrow", "sort_for_matching"]
 
@@ -609,11 +610,16 @@ def _fused_pass(kernels, keys: list, n_partition: int, n: int
                     return False, None
             else:
                 cuts.append(np.array([pos], np.int64))
-        out = np.empty(max(len(s) - 1, 0), np.int64)
-        count = kernels[4](s.offsets, s.data, x.values, descending, out)
-        if count < 0:
+        def pairs(a, b, s=s, x=x):
+            """Cuts among the pairs of rows a..b of the chunk, None if out of order."""
+            out = np.empty(b - a, np.int64)
+            count = kernels[4](s.offsets[a:b + 2], s.data, x.values[a:b + 1], descending, out)
+            return None if count < 0 else out[:count] + (a + pos)
+        # pieces of the chunk on all cores (the kernel drops the GIL)
+        found = run_pieces(pairs, split_even(max(len(s) - 1, 0)))
+        if any(f is None for f in found):
             return False, None
-        cuts.append(out[:count] + pos)
+        cuts += found
         pos += len(s)
     cuts.append(np.array([n], np.int64))
     return True, np.concatenate(cuts)

@@ -598,12 +598,17 @@ def test_chunked_string_keys_fast_and_arrow_agree(n_chunks, encoding):
                                                 False))
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(16))
 def test_fused_string_and_number_pass(seed, monkeypatch):
     """The one-pass check of a string partition key and a numeric order key
     (runs long enough to fill blocks; NaN, -0.0, DESC; chunks aligned or
-    not; a pair out of order at a random spot, across a chunk border too)
-    against the Arrow comparisons."""
+    not; a pair out of order at a random spot, across a chunk border too;
+    from seed 12 each chunk cut into pieces on threads) against the Arrow
+    comparisons."""
+    if seed >= 12:
+        from gpu_mr.kernels import threads
+        monkeypatch.setattr(threads, "MIN_WORK", 1)
+        monkeypatch.setattr(threads, "thread_count", lambda: 1 + seed % 5)
     rng = np.random.default_rng(seed)
     n = int(rng.integers(600, 3000))
     words = np.array(["", "a", "ab", "abc", "b", "ä", "äb", "😀"])
