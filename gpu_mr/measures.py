@@ -117,8 +117,22 @@ def assemble(query: CheckedQuery, data: SortedInput, matches,
         for m, vals in zip(rest, values):
             arrays[m.name] = measure_array(m, vals)
     return _build_table(query, data, rows.source, arrays, columns,
-                        ma.partition if query.rows_per_match == "ONE" else None,
+                        _partition_of(query, data, ma, rows),
                         _output_spans(data, ma, rows.source))
+
+
+def _partition_of(query: CheckedQuery, data: SortedInput, ma: MatchArrays,
+                  rows: OutputRows) -> Optional[np.ndarray]:
+    """The partition of each output row, when the partition columns need
+    one (see :func:`_partition_values`)."""
+    if not query.partition_columns:
+        return None
+    if query.rows_per_match == "ONE":
+        return ma.partition
+    match = rows.match
+    if not match.size or match.min() >= 0:
+        return ma.partition[match]
+    return np.searchsorted(data.partition_offsets, rows.source, side="right") - 1
 
 
 # ------------------------------------------------------------ output rows
@@ -304,7 +318,7 @@ def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray
                  partition_of: Optional[np.ndarray] = None, spans=None) -> pa.Table:
     """Input columns gathered from the sorted table at ``source_rows``, then
     the measures (analysis guarantees measure names never clash with input
-    columns). ``partition_of`` (each output row's partition, ONE ROW): a
+    columns). ``partition_of`` (each output row's partition): a
     partition column is then read once per partition and repeated.
     ``spans``: see :func:`_gather_sets`."""
     arrays = []
@@ -342,22 +356,50 @@ def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray):
             or pa.types.is_timestamp(t) or pa.types.is_date(t)):
         return None
     small = _take_sorted(col, data.partition_offsets[:-1])
-    if small.null_count or not (pa.types.is_string(t) or pa.types.is_large_string(t)
-                                or pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+    if small.null_count or not _is_binary_like(t):
         return small.take(pa.array(partition_of, pa.int64()))
+    return _repeat_strings(small, partition_of)
+
+
+def _is_binary_like(t: pa.DataType) -> bool:
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t))
+
+
+def _repeat_strings(small: pa.Array, index: np.ndarray,
+                    valid: Optional[np.ndarray] = None, runs: bool = True) -> pa.Array:
+    """``small.take(index)`` for a short string or binary array without
+    NULLs (partition keys, variable names) and a long ``index`` (anything
+    where ``valid`` is False: NULL): bytes copied by a kernel instead of
+    Arrow's take. ``runs``: the index holds long runs of one value (copied
+    by doubling); else each output is copied on its own, in pieces on all
+    cores."""
+    t = small.type
+    if valid is not None:
+        index = np.where(valid, index, 0)
+    index = index.astype(np.int64, copy=False)
     piece = _string_piece(small)
-    lengths = np.diff(piece.offsets)
+    lengths = np.diff(piece.offsets).astype(np.int64)
     large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
-    total = int(np.bincount(partition_of, minlength=len(lengths)) @ lengths)
+    total = int(np.bincount(index, minlength=len(lengths)) @ lengths) if len(index) else 0
     if not large and total >= 2**31:
-        return small.take(pa.array(partition_of, pa.int64()))
-    out_offsets = np.empty(len(partition_of) + 1, np.int64 if large else np.int32)
+        return small.take(pa.array(index, pa.int64(), mask=None if valid is None else ~valid))
+    out_offsets = np.empty(len(index) + 1, np.int64 if large else np.int32)
     out_data = np.empty(total, np.uint8)
-    G.kernels(len(partition_of) >= G_MIN_ROWS)[1](piece.offsets, piece.data,
-                                                   partition_of.astype(np.int64, copy=False),
-                                                   out_offsets, out_data)
-    return pa.Array.from_buffers(t, len(partition_of),
-                                 [None, pa.py_buffer(out_offsets), pa.py_buffer(out_data)])
+    kernels = G.kernels(len(index) >= G_MIN_ROWS)
+    if runs or kernels is G.DRIVERS:
+        kernels[1](piece.offsets, piece.data, index, out_offsets, out_data)
+    else:
+        pieces = split_even(len(index)) or [(0, 0)]
+        sizes = run_pieces(lambda a, b: kernels[2](piece.offsets, index, a, b), pieces)
+        starts = np.concatenate(([0], np.cumsum(sizes[:-1]))).astype(np.int64)
+        run_pieces(lambda a, b: kernels[3](piece.offsets, piece.data, index, a, b,
+                                           starts[pieces.index((a, b))], out_offsets,
+                                           out_data), pieces)
+    nulls = 0 if valid is None else len(index) - int(np.count_nonzero(valid))
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(t, len(index), [bitmap, pa.py_buffer(out_offsets),
+                                                 pa.py_buffer(out_data)], null_count=nulls)
 
 
 def _combined(data: SortedInput, name: str, cache: dict):
@@ -873,8 +915,7 @@ class _Vectors:
             return pa.nulls(self.n, pa.string())
         labels = self.ma.labels[np.where(ok, el, 0)]
         names = pa.array(list(self.q.primary_vars), pa.string())
-        return names.take(pa.array(labels.astype(np.int32), pa.int32(),
-                                   mask=None if ok.all() else ~ok))
+        return _repeat_strings(names, labels, None if ok.all() else ok, runs=False)
 
     def _column(self, name: str) -> pa.Array:
         col = self._decoded.get(name)

@@ -95,7 +95,34 @@ def repeat_strings(src_offsets, src_data, index, out_offsets, out_data):
         o = e
 
 
-DRIVERS = (gather_fixed, repeat_strings)
+def string_bytes(src_offsets, index, lo, hi):
+    """The bytes of values ``index[lo:hi]`` of the source: where a piece of
+    :func:`take_strings`'s output starts."""
+    total = 0
+    for o in range(lo, hi):
+        i = index[o]
+        total += src_offsets[i + 1] - src_offsets[i]
+    return total
+
+
+def take_strings(src_offsets, src_data, index, lo, hi, pos, out_offsets, out_data):
+    """Outputs ``lo .. hi - 1`` of ``repeat_strings`` for an index that
+    changes value often (CLASSIFIER: a run per variable), the piece's bytes
+    starting at ``pos``: one short copy per output, no search for runs (whose
+    data-dependent exits cost more than the copy of a few bytes)."""
+    if lo == 0:
+        out_offsets[0] = 0
+    for o in range(lo, hi):
+        i = index[o]
+        a = src_offsets[i]
+        length = src_offsets[i + 1] - a
+        for b in range(length):
+            out_data[pos + b] = src_data[a + b]
+        pos += length
+        out_offsets[o + 1] = pos
+
+
+DRIVERS = (gather_fixed, repeat_strings, string_bytes, take_strings)
 _compiled = None
 
 
