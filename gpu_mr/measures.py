@@ -152,6 +152,9 @@ class OutputRows:
     match: np.ndarray
     current: np.ndarray
     running: np.ndarray
+    # running[o] == o for every output row (every row of every match, in
+    # order): per-element results serve as they are
+    running_is_element: bool = False
 
 
 class _OneRowPerMatch:
@@ -189,7 +192,7 @@ def output_rows(query: CheckedQuery, data: SortedInput, ma: MatchArrays) -> Outp
         mid = np.repeat(np.arange(len(ma), dtype=np.int64), nxt - first)
         running = np.arange(ma.labels.shape[0], dtype=np.int64)
         source = running + (start - first)[mid]
-        rows = OutputRows(source, mid, source, running)
+        rows = OutputRows(source, mid, source, running, True)
         if query.empty_matches != "UNMATCHED":
             return rows
         return _with_unmatched(data, ma, nxt - first, rows)
@@ -637,8 +640,12 @@ class _Vectors:
             self.first = ma.label_offsets[:-1]
             self.stop = ma.label_offsets[1:]
         else:
-            self.has = rows.match >= 0
-            mi = np.where(self.has, rows.match, 0)
+            match = rows.match
+            if match.size and match.min() < 0:      # WITH UNMATCHED ROWS
+                self.has = match >= 0
+                mi = np.where(self.has, match, 0)
+            else:                                   # every output row has a match
+                self.has, mi = None, match
             self.mi = mi
             self.first = ma.label_offsets[mi]
             self.stop = ma.label_offsets[mi + 1]
@@ -1093,6 +1100,8 @@ class _Vectors:
         """Per-match (final) or per-element (running) results at each output row."""
         if final:
             return self._where_has(self._at(per), fill)
+        if self.has is None and self._rows.running_is_element:
+            return per                  # output row o is element o, and it has a row
         ok = self.running >= self.first
         if self.has is not None:
             ok &= self.has
