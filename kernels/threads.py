@@ -26,6 +26,7 @@ import numpy as np
 MIN_WORK = 200_000
 
 _pool = None
+_pool_pid = None                 # the process that made the pool (a fork child needs its own)
 _pool_lock = threading.Lock()
 
 
@@ -40,10 +41,15 @@ def thread_count() -> int:
 
 
 def _executor(workers: int) -> ThreadPoolExecutor:
-    global _pool
+    """The shared pool, with at least ``workers`` threads. A process forked
+    after the pool was made (Spark's Python workers are) gets a new one: the
+    parent's threads do not exist there, and work given to them would never
+    run."""
+    global _pool, _pool_pid
     with _pool_lock:
-        if _pool is None or _pool._max_workers < workers:
+        if _pool is None or _pool_pid != os.getpid() or _pool._max_workers < workers:
             _pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gpu_mr")
+            _pool_pid = os.getpid()
         return _pool
 
 

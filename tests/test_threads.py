@@ -1,0 +1,64 @@
+"""kernels/threads.py: how work is cut into pieces and run on threads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import numpy as np
+import pytest
+
+from gpu_mr.kernels import threads
+
+
+def test_split_balances_work_and_covers_every_job(monkeypatch):
+    monkeypatch.setattr(threads, "MIN_WORK", 10)
+    work = np.concatenate(([0], np.cumsum([100, 1, 1, 1, 1, 100, 1, 1])))
+    pieces = threads.split(work, parts=2)
+    assert pieces[0][0] == 0 and pieces[-1][1] == 8
+    assert all(a < b for a, b in pieces)
+    assert all(p[1] == q[0] for p, q in zip(pieces, pieces[1:]))
+    assert threads.split(np.array([0]), parts=4) == []
+    monkeypatch.setattr(threads, "MIN_WORK", 10**9)
+    assert threads.split(work, parts=4) == [(0, 8)]      # too little work to split
+
+
+@pytest.mark.parametrize("jobs,parts", [(0, 3), (1, 3), (7, 3), (10, 1), (5, 8)])
+def test_split_even_covers_every_job(jobs, parts, monkeypatch):
+    monkeypatch.setattr(threads, "MIN_WORK", 1)
+    pieces = threads.split_even(jobs, parts=parts)
+    covered = [j for a, b in pieces for j in range(a, b)]
+    assert covered == list(range(jobs))
+    assert len(pieces) <= max(parts, 1)
+
+
+def test_run_pieces_keeps_order_and_raises():
+    pieces = [(0, 3), (3, 5), (5, 9)]
+    assert threads.run_pieces(lambda a, b: (a, b), pieces) == pieces
+
+    def boom(a, b):
+        if a == 3:
+            raise ValueError("piece 3")
+        return a
+    with pytest.raises(ValueError, match="piece 3"):
+        threads.run_pieces(boom, pieces)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin",
+                    reason="needs fork")
+def test_a_forked_child_gets_a_pool_of_its_own():
+    """Spark's Python workers are forked: a pool made before the fork has no
+    threads in the child, so the child must make its own (else its work
+    would wait forever)."""
+    assert threads.run_pieces(lambda a, b: a, [(0, 1), (1, 2)]) == [0, 1]
+    pid = os.fork()
+    if pid == 0:                                     # the child: exit code says it all
+        ok = False
+        try:
+            signal.alarm(20)                         # a wait forever fails, not hangs
+            ok = threads.run_pieces(lambda a, b: b, [(0, 1), (1, 2)]) == [1, 2]
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
