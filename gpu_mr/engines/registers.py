@@ -373,7 +373,6 @@ def _jit_kernel(source: str):
     """The kernel compiled by numba. The kernel bodies and the generated code
     are written as one module file named by their hash, so numba's on-disk
     cache spares the compilation (seconds) in later processes."""
-    import importlib.util
     import inspect
 
     import numba
@@ -385,29 +384,43 @@ def _jit_kernel(source: str):
              if n.isupper() and isinstance(getattr(K, n), int)]
     body += [inspect.getsource(getattr(K, n)) for n in K.SHARED_FUNCTIONS + K.QUERY_FUNCTIONS]
     text = "\n".join(body) + "\n" + source
-    digest = hashlib.sha256((text + numba.__version__).encode()).hexdigest()[:24]
-    name = f"gpu_mr_registers_{digest}"
-    module = sys.modules.get(name)
-    if module is None:
-        try:
-            path = _write_kernel_file(Path(os.environ.get("GPU_MR_CACHE_DIR") or
-                                           Path(tempfile.gettempdir()) / "gpu_mr_kernels"),
-                                      name, text)
-        except OSError:
-            # e.g. another user's folder of that name: a private one (this
-            # process only, so no disk cache across processes)
-            path = _write_kernel_file(Path(tempfile.mkdtemp(prefix="gpu_mr_kernels_")),
-                                      name, text)
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
+    module, fresh = _kernel_module("gpu_mr_registers", text)
+    if fresh:
         for fname, f in list(vars(module).items()):
             if isinstance(f, types.FunctionType) and fname != "run_partitions":
                 setattr(module, fname, numba.njit(cache=True, **options["inner"])(f))
         module.run_partitions = numba.njit(cache=True, **options["driver"])(
             module.run_partitions)
     return module.run_partitions
+
+
+def _kernel_module(prefix: str, text: str) -> tuple:
+    """(module, fresh): the module of source ``text``, written to the kernel
+    folder as ``<prefix>_<hash of text and numba's version>.py`` so numba's
+    on-disk cache (``cache=True``) finds its compiled functions in later
+    processes; ``fresh`` when this call imported it (the caller then
+    decorates its functions), False when this process already had it."""
+    import importlib.util
+
+    import numba
+    digest = hashlib.sha256((text + numba.__version__).encode()).hexdigest()[:24]
+    name = f"{prefix}_{digest}"
+    module = sys.modules.get(name)
+    if module is not None:
+        return module, False
+    try:
+        path = _write_kernel_file(Path(os.environ.get("GPU_MR_CACHE_DIR") or
+                                       Path(tempfile.gettempdir()) / "gpu_mr_kernels"),
+                                  name, text)
+    except OSError:
+        # e.g. another user's folder of that name: a private one (this
+        # process only, so no disk cache across processes)
+        path = _write_kernel_file(Path(tempfile.mkdtemp(prefix="gpu_mr_kernels_")), name, text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module, True
 
 
 def _write_kernel_file(folder: Path, name: str, text: str) -> Path:
