@@ -1051,12 +1051,13 @@ class _Vectors:
         return jobs
 
     def _segmented(self, call, chunks: list, ids, per_element: bool, dtype,
-                   rows_out: bool = False) -> tuple:
-        """``call(values, segments, out)`` (a kernels/segmented.py function)
-        over every match, chunk by chunk of the per-row arrays (see
+                   rows_out: bool = False, counts: Optional[np.ndarray] = None) -> tuple:
+        """``call(values, segments, out, counts)`` (a kernels/segmented.py
+        function) over every match, chunk by chunk of the per-row arrays (see
         :meth:`_chunk_jobs`; no combined copy of a chunked column): (out,
         whether any call returned True). ``rows_out``: the kernel writes
-        rows, shifted back here from the chunk's numbering."""
+        rows, shifted back here from the chunk's numbering. ``counts``: a
+        second output, laid out as ``out`` (None: the call gets None)."""
         ma = self.ma
         member = self._member(ids)
         if len(chunks) > 1 and self._chunk_jobs(chunks) is None:
@@ -1068,7 +1069,7 @@ class _Vectors:
         if len(chunks) == 1:
             seg = Segments(member, ma.labels, ma.start, ma.label_offsets, chunks[0][3],
                            per_element)
-            got = call(chunks[0][2], seg, None)
+            got = call(chunks[0][2], seg, None, counts)
             return got if isinstance(got, tuple) else (got, False)
         size = ma.labels.shape[0] if per_element else len(ma)
         out = np.empty(size, dtype)
@@ -1083,7 +1084,8 @@ class _Vectors:
             seg = Segments(member, ma.labels, ma.start[a:b] - lo, ma.label_offsets[a:b + 1],
                            valid, per_element, compiled)
             target = out if per_element else out[a:b]
-            got = call(values, seg, target)
+            got = call(values, seg, target,
+                       None if counts is None else counts if per_element else counts[a:b])
             flag |= bool(got[1]) if isinstance(got, tuple) else False
             if rows_out and lo:
                 part = (out[ma.label_offsets[a]:ma.label_offsets[b]] if per_element
@@ -1124,7 +1126,7 @@ class _Vectors:
             raise _Fallback
         ref = e.args[0]
         if e.name == "COUNT":
-            count, _ = self._segmented(lambda v, seg, out: segmented_count(seg, out),
+            count, _ = self._segmented(lambda v, seg, out, _: segmented_count(seg, out),
                                        self._valid_chunks(ref.resolved), ids, not final,
                                        np.int64)
             return self._ints(self._pick(count, final, 0), self.has)
@@ -1134,19 +1136,20 @@ class _Vectors:
         if e.name in ("MIN", "MAX"):
             want_max = e.name == "MAX"
             rows, nan = self._segmented(
-                lambda v, seg, out: segmented_arg_extreme(v, seg, want_max, out, True), chunks,
+                lambda v, seg, out, _: segmented_arg_extreme(v, seg, want_max, out, True), chunks,
                 ids, not final, np.int64, rows_out=True)
             if nan:
                 raise _Fallback      # Python's min/max with NaN depends on the order
             return self._gather(ref, self._pick(rows, final, -1))
         floats = chunks[0][2].dtype.kind == "f"
-        sums, overflow = self._segmented(lambda v, seg, out: segmented_sum(v, seg, out), chunks,
-                                         ids, not final, np.float64 if floats else np.int64)
+        # the counts come from the same walk as the sums
+        count = np.empty(self.ma.labels.shape[0] if not final else len(self.ma), np.int64)
+        sums, overflow = self._segmented(
+            lambda v, seg, out, counts: segmented_sum(v, seg, out, counts), chunks, ids,
+            not final, np.float64 if floats else np.int64, counts=count)
         if overflow:
             # the interpreter raises (SUM) or is exact (AVG); NaN: its rules
             raise _Fallback
-        count, _ = self._segmented(lambda v, seg, out: segmented_count(seg, out), chunks, ids,
-                                   not final, np.int64)
         count = self._pick(count, final, 0)
         some = count > 0 if self.has is None else self.has & (count > 0)
         total = self._pick(sums, final, 0)

@@ -56,10 +56,14 @@ def segment_count(valid, has_valid, member, labels, starts, offsets, per_element
 
 
 def segment_sum_int(values, valid, has_valid, member, labels, starts, offsets, per_element,
-                    out):
-    """Int64 sums so far; True (and stop) when one leaves the BIGINT range."""
+                    out, counts):
+    """Int64 sums so far, and in ``counts`` (unless empty) the counted
+    elements so far (AVG needs both: one walk); True (and stop) when a sum
+    leaves the BIGINT range."""
+    with_counts = counts.shape[0] > 0
     for i in range(offsets.shape[0] - 1):
         acc = 0
+        n = 0
         base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
             if member[labels[e]] and (not has_valid or valid[base + e]):
@@ -67,18 +71,25 @@ def segment_sum_int(values, valid, has_valid, member, labels, starts, offsets, p
                 if (x > 0 and acc > INT64_MAX - x) or (x < 0 and acc < INT64_MIN - x):
                     return True
                 acc = acc + x
+                n += 1
             if per_element:
                 out[e] = acc
+                if with_counts:
+                    counts[e] = n
         if not per_element:
             out[i] = acc
+            if with_counts:
+                counts[i] = n
     return False
 
 
 def segment_sum_float(values, valid, has_valid, member, labels, starts, offsets, per_element,
-                      compensated, out):
+                      compensated, out, counts):
     """Float64 sums so far, as Python's ``sum`` of the values: ``0 + x0``
     first, then left to right, compensated on Python >= 3.12 (Neumaier, with
-    CPython's final correction rule). True when a counted value is NaN."""
+    CPython's final correction rule); counts as ``segment_sum_int``. True
+    when a counted value is NaN."""
+    with_counts = counts.shape[0] > 0
     nan = False
     for i in range(offsets.shape[0] - 1):
         f = 0.0
@@ -103,8 +114,12 @@ def segment_sum_float(values, valid, has_valid, member, labels, starts, offsets,
                 n += 1
             if per_element:
                 out[e] = f + c if compensated and c != 0.0 and math.isfinite(c) else f
+                if with_counts:
+                    counts[e] = n
         if not per_element:
             out[i] = f + c if compensated and c != 0.0 and math.isfinite(c) else f
+            if with_counts:
+                counts[i] = n
     return nan
 
 
@@ -218,21 +233,22 @@ class Segments:
         return (self.valid, self.has_valid, self.member, self.labels, self.starts, self.offsets,
                 self.per_element)
 
-    def run(self, which: int, out: np.ndarray, before: tuple = (), after: tuple = ()) -> bool:
-        """``self.k[which](*before, *self.args(), *after, out)`` over all the
-        segments: when compiled, in pieces of about equal elements on all
+    def run(self, which: int, outs: tuple, before: tuple = (), after: tuple = ()) -> bool:
+        """``self.k[which](*before, *self.args(), *after, *outs)`` over all
+        the segments: when compiled, in pieces of about equal elements on all
         cores (threads.py; the kernels release the GIL). True when any
-        piece returned True."""
+        piece returned True. ``outs``: per segment or per element, as
+        ``per_element`` says (an empty array: not wanted)."""
         fn = self.k[which]
         pieces = split(self.offsets) if self.k is not KERNELS else [(0, self.size)]
         if len(pieces) <= 1:
-            return bool(fn(*before, *self.args(), *after, out))
+            return bool(fn(*before, *self.args(), *after, *outs))
         per_element = self.per_element
 
         def piece(a, b):
             return fn(*before, self.valid, self.has_valid, self.member, self.labels,
                       self.starts[a:b], self.offsets[a:b + 1], per_element, *after,
-                      out if per_element else out[a:b])
+                      *[o if per_element or not o.shape[0] else o[a:b] for o in outs])
         return any(bool(flag) for flag in run_pieces(piece, pieces))
 
 
@@ -248,13 +264,15 @@ to write (``seg.size`` slots), else a new array; the same for the others.
     """
     if out is None:
         out = np.empty(seg.size, dtype=np.int64)
-    seg.run(0, out)
+    seg.run(0, (out,))
     return out
 
 
-def segmented_sum(values: np.ndarray, seg: Segments, out: Optional[np.ndarray] = None):
+def segmented_sum(values: np.ndarray, seg: Segments, out: Optional[np.ndarray] = None,
+                  counts: Optional[np.ndarray] = None):
     """Sums of ``values`` (per row; int64 or float64) over the counted
-    elements. Returns ``(sums, inexact)``; ``inexact``: an int64 sum left
+    elements, and their counts into ``counts`` if given (int64, as ``out``).
+    Returns ``(sums, inexact)``; ``inexact``: an int64 sum left
     the BIGINT range (``sums`` is then incomplete), or a float value counted
     was NaN.
 
@@ -265,13 +283,14 @@ def segmented_sum(values: np.ndarray, seg: Segments, out: Optional[np.ndarray] =
     >>> sums.tolist(), bad
     ([3, 4], False)
     """
+    counts = _NO_ROWS if counts is None else counts
     if values.dtype.kind == "f":
         if out is None:
             out = np.empty(seg.size, dtype=np.float64)
-        return out, seg.run(2, out, (values,), (COMPENSATED_SUM,))
+        return out, seg.run(2, (out, counts), (values,), (COMPENSATED_SUM,))
     if out is None:
         out = np.empty(seg.size, dtype=np.int64)
-    return out, seg.run(1, out, (values,))
+    return out, seg.run(1, (out, counts), (values,))
 
 
 def segmented_arg_extreme(keys: np.ndarray, seg: Segments, want_max: bool,
@@ -288,7 +307,7 @@ def segmented_arg_extreme(keys: np.ndarray, seg: Segments, want_max: bool,
     """
     if out is None:
         out = np.empty(seg.size, dtype=np.int64)
-    nan = seg.run(3, out, (keys,), (bool(want_max),))
+    nan = seg.run(3, (out,), (keys,), (bool(want_max),))
     return (out, bool(nan)) if report_nan else out
 
 

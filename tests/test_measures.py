@@ -255,8 +255,10 @@ def test_segmented_kernels_against_python(seg_args, data):
             seg = segmented.Segments(member, labels, starts, offsets, valid, per_element,
                                      compiled)
             count = segmented.segmented_count(seg)
-            fsum, _ = segmented.segmented_sum(xs, seg)
-            isum, bad = segmented.segmented_sum(ks, seg)
+            fcount, icount = (np.full(seg.size, -1, np.int64) for _ in range(2))
+            fsum, _ = segmented.segmented_sum(xs, seg, counts=fcount)
+            isum, bad = segmented.segmented_sum(ks, seg, counts=icount)
+            assert fcount.tolist() == count.tolist() == icount.tolist()
             lo = segmented.segmented_arg_extreme(xs, seg, False)
             hi = segmented.segmented_arg_extreme(ks, seg, True)
             assert not bad
@@ -314,7 +316,7 @@ def test_compensated_sum_mode():
         for compensated, want in ((True, [1e100, 1e100, 1.0, 1.0]),
                                   (False, [1e100, 1e100, 0.0, 0.0])):
             out = np.empty(4)
-            fn(xs, *seg.args(), compensated, out)
+            fn(xs, *seg.args(), compensated, out, np.zeros(0, np.int64))
             assert out.tolist() == want
 
 
