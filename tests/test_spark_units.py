@@ -64,3 +64,22 @@ def test_translate_error_picks_the_last_gpu_mr_error():
             "gpu_mr.errors.MatchRuntimeError: AFTER MATCH SKIP TO FIRST B: loop\n\tat java...")
     err = X.translate_error(RuntimeError(text))
     assert isinstance(err, MatchRuntimeError) and str(err) == "AFTER MATCH SKIP TO FIRST B: loop"
+
+
+def test_a_task_runs_its_kernels_on_its_own_cpus():
+    """An executor runs one task per core at once: each task's kernels use
+    the CPUs Spark gave it (numba's count, which the measure kernels' pool
+    follows too), not every core."""
+    numba = pytest.importorskip("numba")
+    from gpu_mr.kernels import threads
+    before = numba.get_num_threads()
+    try:
+        X._limit_threads(1)
+        assert numba.get_num_threads() == 1 and threads.thread_count() == 1
+        X._limit_threads(None)                       # outside a task: left alone
+        assert numba.get_num_threads() == 1
+        X._limit_threads(10**6)                      # never past numba's maximum
+        assert numba.get_num_threads() == numba.config.NUMBA_NUM_THREADS
+    finally:
+        numba.set_num_threads(before)
+    assert X._task_cpus() is None                    # not in a task

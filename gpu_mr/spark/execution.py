@@ -177,6 +177,7 @@ def build_task(clause: str, engine: str, returned: pa.Schema, batch_rows: int):
     [[{'n': 2}]]
     """
     def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        _limit_threads(_task_cpus())
         tables = _coalesce(batches, batch_rows)
         first = next(tables, None)
         if first is None:
@@ -238,6 +239,36 @@ def _task_resources() -> dict:
         return {}
     ctx = TaskContext.get()
     return dict(ctx.resources()) if ctx is not None else {}
+
+
+def _task_cpus() -> Optional[int]:
+    """The CPUs Spark gave the running task (``spark.task.cpus``), or None
+    outside a task."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return None
+    ctx = TaskContext.get()
+    if ctx is None:
+        return None
+    try:
+        return int(ctx.cpus())
+    except Exception:               # a Spark without TaskContext.cpus(): leave it
+        return None
+
+
+def _limit_threads(cpus: Optional[int]) -> None:
+    """Run the engine's parallel kernels (numba's threads, and the measure
+    kernels' pool, which follows numba's count) on the task's own CPUs: an
+    executor runs as many tasks at once as it has cores, and each taking
+    every core would oversubscribe them."""
+    if not cpus:
+        return
+    try:
+        import numba
+    except ImportError:
+        return
+    numba.set_num_threads(max(1, min(int(cpus), numba.config.NUMBA_NUM_THREADS)))
 
 
 def _use_device(addresses) -> None:
