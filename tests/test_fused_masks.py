@@ -210,14 +210,25 @@ def test_errors_are_found_in_every_piece(monkeypatch):
         agree(q, data, f"row {bad}")
 
 
-def test_layout_many_variables_and_no_defines():
+@pytest.mark.parametrize("n_vars", [6, 7, 8, 9, 17])
+def test_layout_many_variables(n_vars):
+    # present classes: one 64-bit word, two, four, an array, np.unique
+    names = [f"V{v}" for v in range(n_vars)]
+    defines = ", ".join(f"{x} AS i > {v % 9 - 3} OR PREV(j) = {v % 4 - 1}"
+                        for v, x in enumerate(names) if v % 3)
+    for table in (SMALL, chunked(SMALL, CUTS)):
+        q, data = query(defines, table, pattern=" ".join(names))
+        bits, present = agree(q, data)
+        assert bits.dtype == (np.uint8 if n_vars <= 8 else np.uint32)
+        assert present == sorted(set(bits.tolist()))
+        assert len(present) > 3
+        if (n_vars == 8 or FULL) and table is SMALL:    # compiled (seconds each)
+            compiled = fused.class_bits(q, data, jit=True)
+            assert np.array_equal(compiled[0], bits) and compiled[1] == present
+
+
+def test_no_defines_and_no_rows():
     t = SMALL
-    names = [chr(ord("A") + v) for v in range(10)]
-    defines = ", ".join(f"{x} AS i > {v - 3}" for v, x in enumerate(names) if v % 3)
-    q, data = query(defines, t, pattern=" ".join(names))
-    bits, present = agree(q, data)
-    assert bits.dtype == np.uint32
-    assert present == sorted(set(bits.tolist()))
     q, data = query("A AS TRUE", t, pattern="A B C")
     bits, present = agree(q, data)
     assert bits.dtype == np.uint8 and present == [7]
@@ -305,9 +316,14 @@ def test_compiled_kernel_on_a_large_chunked_input():
         want, present, failed = cpu_bits(q, data)
         assert (got is None) == failed
         assert fused.class_bits(q, data) is None or not failed      # default: compiled
-    # overflow rows (vol + NEXT(vol) beyond int64) make the compiled kernel say so
-    q, data = query("A AS vol * 100 > 0", t)
+    # an overflowing row (vol + NEXT(vol) beyond int64) makes the compiled kernel say so
+    vol = t.column("vol").to_numpy().copy()
+    vol[45_678] = 2**63 - 1
+    t = t.set_column(t.column_names.index("vol"), "vol", chunked(pa.table({"vol": vol}), {
+        "vol": (45_679,)}).column(0))
+    q, data = query(defines, t, pattern="STRT DOWN+ UP+")
     assert fused.class_bits(q, data, jit=True) is None
+    assert cpu_bits(q, data)[2]
 
 
 # ---------------------------------------------------------------- random expressions
@@ -401,3 +417,37 @@ def test_random_expressions_agree_with_cpu_masks(table, define_a, define_c, zone
         agree(q, data, f"\nDEFINE A AS {define_a}, C AS {define_c}")
     finally:
         fused.ZONE_SHARE = old
+
+
+# ---------------------------------------------------------------- the conformance suite
+
+class _Captured(BaseException):
+    """Stops a case once the CPU engine asked for its masks."""
+
+
+def test_conformance_queries_agree_with_cpu_masks(monkeypatch):
+    from conformance_cases import load_cases, run_case
+    seen = []
+
+    def capture(self, data, *, now=None):
+        seen.append((self.query, data))
+        raise _Captured
+
+    monkeypatch.setattr(M.MaskSet, "evaluate_detailed", capture)
+    for case in load_cases():
+        try:
+            run_case(case, "cpu")
+        except _Captured:
+            pass
+        except Exception:           # analysis errors, reference-engine cases, ...
+            pass
+    monkeypatch.undo()
+    compared = declined = 0
+    for q, data in seen:
+        if fused.supports(q) is not None:
+            declined += 1
+            continue
+        agree(q, data, f"\n{q.clause}")
+        compared += 1
+    print(f"conformance: {compared} queries compared, {declined} declined")
+    assert compared >= 100, (compared, declined)

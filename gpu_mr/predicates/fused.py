@@ -271,13 +271,14 @@ class _Shape:
     def source(self, nullable: tuple) -> str:
         """The kernel module's query part, for columns holding NULLs where
         ``nullable``: per DEFINE ``pred_<v>`` (0 false or NULL, 1 true, 2
-        raises, 3 not exact here) and ``inner_<v>``, the same for rows at
-        least ``max_offset`` rows inside their partition (no edge tests);
-        and ``run_rows``, the row loop. The loop over a partition's inner
-        rows has no exit and no scattered store (failures are or-ed into a
-        flag, present classes marked per block after it), so LLVM may
-        vectorise it; indices are cast to unsigned, which spares numba's
-        negative-index wraparound that would make every load a gather."""
+        raises) and ``inner_<v>``, the same for rows at least ``max_offset``
+        rows inside their partition (no edge tests); and ``run_rows``, the
+        row loop. The loop over a partition's inner rows has no exit and no
+        scattered store, so LLVM vectorises it: failures are or-ed into a
+        flag; up to 8 variables, the classes present are or-ed into 64-bit
+        words (bit ``code``), beyond that marked per block after it; indices
+        are cast to unsigned, which spares numba's negative-index wraparound
+        that would make every load a gather."""
         k = self.max_offset
         cols = "".join(f"V{c}, M{c}, O{c}, " for c in range(len(self.slots)))
         args = f"(q, lo, hi, {cols}ci, cf)"
@@ -287,14 +288,20 @@ class _Shape:
             lines += [f"def pred_{v}{args}:", body]
             if k:
                 lines += [f"def inner_{v}{args}:", _inner(body)]
-        seen = self.n_vars <= SEEN_MAX_VARS
+        words = self.seen_words()
+        blocks = not words and self.n_vars <= SEEN_MAX_VARS
 
-        def row(name: str, mark: bool) -> list:
+        def row(name: str, edge: bool) -> list:
             out = [f"code = {self.always}"]
             for v, _ in self.preds:
                 out += [f"s = {name}_{v}{args}", "fail |= s & 2", f"code |= (s & 1) << {v}"]
             out.append("bits[np.uint64(q + shift)] = code")
-            if mark and seen:
+            if words == 1:
+                out.append("m0 |= np.uint64(1) << np.uint64(code)")
+            for w in range(words if words > 1 else 0):
+                out.append(f"m{w} |= (np.uint64(1) << np.uint64(code & 63)) "
+                           f"if (code >> 6) == {w} else np.uint64(0)")
+            if edge and blocks:
                 out.append("seen[code] = 1")
             return out
 
@@ -302,7 +309,9 @@ class _Shape:
         lines += [
             f"def run_rows(r0, r1, shift, width, offsets, part, bits, seen, {cols}ci, cf):",
             "    p = part",
-            "    fail = 0",
+            "    fail = 0"]
+        lines += [f"    m{w} = np.uint64(0)" for w in range(words)]
+        lines += [
             "    at = r0",
             "    while at < r1:",
             "        lo = max(offsets[p] - shift, 0)",
@@ -310,26 +319,38 @@ class _Shape:
             "        end = min(hi, r1)",
             f"        a = min(max(lo + {k}, at), end)",
             f"        b = max(min(hi - {k}, end), a)",
-            "        for q in range(at, a):"]
+            # the edge rows, [at, a) and [b, end): one loop (one inlined copy)
+            "        for q in range(at, a + end - b):",
+            "            if q >= a:",
+            "                q += b - a"]
         lines += ["            " + x for x in row("pred", True)]
-        lines += [
-            "        x = a",
-            "        while x < b:",
-            f"            y = min(x + {BLOCK_ROWS}, b)",
-            "            for q in range(x, y):"]
-        lines += ["                " + x for x in row(inner, False)]
-        if seen:
+        if blocks:
+            lines += [
+                "        x = a",
+                "        while x < b:",
+                f"            y = min(x + {BLOCK_ROWS}, b)",
+                "            for q in range(x, y):"]
+            lines += ["                " + x for x in row(inner, False)]
             lines += ["            for g in range(x + shift, y + shift):",
-                      "                seen[bits[np.uint64(g)]] = 1"]
-        lines += ["            x = y",
-                  "        for q in range(b, end):"]
-        lines += ["            " + x for x in row("pred", True)]
+                      "                seen[bits[np.uint64(g)]] = 1",
+                      "            x = y"]
+        else:
+            lines.append("        for q in range(a, b):")
+            lines += ["            " + x for x in row(inner, False)]
         lines += ["        if fail != 0:",
                   "            return 1",
                   "        at = end",
-                  "        p += 1",
-                  "    return 0"]
+                  "        p += 1"]
+        for w in range(words):
+            lines += ["    for j in range(64):",
+                      f"        if (m{w} >> np.uint64(j)) & np.uint64(1):",
+                      f"            seen[{64 * w} + j] = 1"]
+        lines.append("    return 0")
         return "\n".join(lines) + "\n"
+
+    def seen_words(self) -> int:
+        """64-bit words the kernel marks present classes in (0: none)."""
+        return (1 << self.n_vars) // 64 or 1 if self.n_vars <= 8 else 0
 
     def _columns_read(self, body: str, nullable: tuple) -> str:
         """_Gen's column reads (``icols[k][r]``, ``valid[__VIk__][r]``) as reads
@@ -383,7 +404,8 @@ class _Shape:
                 part = int(np.searchsorted(offsets, a, side="right")) - 1
                 tasks.append((a - ws, b - ws, ws, we - ws, part, args))
         ci, cf = (self.ci, self.cf) if jit else (self.ci.tolist(), self.cf.tolist())
-        seen_size = 1 << self.n_vars if self.n_vars <= SEEN_MAX_VARS else 1
+        seen_size = max(1 << self.n_vars, 64 * self.seen_words()) \
+            if self.n_vars <= SEEN_MAX_VARS else 1
 
         def task(t):
             r0, r1, ws, width, part, args = t
