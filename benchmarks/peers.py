@@ -1,27 +1,44 @@
 """gpu_mr's CPU engine against a peer MATCH_RECOGNIZE on the same query and data.
 
-What: generates sorted ticks (``ticks.py``), writes them to CSV, runs the
-V-shape query with ``pandas-match-recognize`` (PyPI ``pandas-match-recognize``,
-a pure pandas implementation) in the peer's own Python -- it pins its own
-numpy and pandas, so it lives in a virtual environment of its own -- and with
+What: generates sorted ticks (``ticks.py``), writes them to CSV, runs a
+V-shape query in a peer's own Python -- each peer pins its own numpy, pandas
+or pyarrow, so it lives in a virtual environment of its own -- and with
 ``gpu_mr.match_recognize(engine="cpu")`` here, checks that both give the same
-matches, and prints the speed ratio measured in this one run. JSON goes to
-``benchmarks/results/peers-<date>-<host kind>.json``.
+matches, and prints the speed ratio measured in this one run. Peers:
+
+- ``pandas-match-recognize`` (PyPI ``pandas-match-recognize``, a pure pandas
+  implementation; the default): ``STRT DOWN+ UP+``. JSON goes to
+  ``benchmarks/results/peers-<date>-<host kind>.json``.
+- ``flink``: Apache Flink SQL through PyFlink (PyPI ``apache-flink``), batch
+  mode, parallelism 1, a filesystem CSV source and a filesystem CSV sink.
+  Flink rejects a greedy quantifier at the end of a pattern, so both engines
+  run ``STRT DOWN+ UP`` (a fall, then the first rise). JSON goes to
+  ``benchmarks/results/peers-flink-<date>-<host kind>-<rows>.json``.
 
 Usage::
 
     python -m venv peer-venv && peer-venv/bin/pip install pandas-match-recognize
     python benchmarks/peers.py --peer-python peer-venv/bin/python --rows 1e6
 
-Both sides read the same CSV into pandas and are timed on the in-memory
-frame, best of ``--repeat`` runs after one warm-up (imports, JIT), so file
-reading is not measured.
+    python3 -m venv flink-venv && flink-venv/bin/pip install apache-flink==2.3.0
+    python benchmarks/peers.py --peer flink --rows 1e6 --symbols 100
+
+Both sides read the same CSV. pandas-match-recognize and gpu_mr are timed on
+the in-memory frame, best of ``--repeat`` runs after one warm-up (imports,
+JIT), so file reading is not measured. Flink is timed inside its own process
+from submitting ``INSERT INTO sink SELECT * FROM ticks MATCH_RECOGNIZE (...)``
+to the job's end, so its times include planning, the job's start, reading and
+parsing the CSV and writing the matches: JVM start-up is excluded and printed
+apart, the first run is printed as ``first`` and the best of ``--repeat``
+further runs is the one compared; a job over 1,000 rows gives the fixed cost
+of one job.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import glob
 import json
 import os
 import subprocess
@@ -37,6 +54,11 @@ if HERE not in sys.path:
 
 import ticks  # noqa: E402
 
+PEERS = ("pandas-match-recognize", "flink")
+DEFAULT_PYTHON = {"pandas-match-recognize": "peer-venv/bin/python",
+                  "flink": "flink-venv/bin/python"}
+COLUMNS = ["symbol", "ts", "price", "volume"]
+
 # Measures the peer computes (its MIN(DOWN.price) came back NULL, and then
 # every measure did): the comparison stays on ground both engines cover.
 CLAUSE = """PARTITION BY symbol ORDER BY ts
@@ -45,7 +67,33 @@ CLAUSE = """PARTITION BY symbol ORDER BY ts
   PATTERN (STRT DOWN+ UP+)
   DEFINE DOWN AS price < PREV(price), UP AS price > PREV(price)"""
 
-# Runs in the peer's interpreter: argv = csv in, csv out, repeat.
+# The query run against Flink, in standard text (what gpu_mr runs). Flink
+# rejects PATTERN (STRT DOWN+ UP+) ("greedy quantifier at the end of a pattern
+# is not supported"), so the V ends at the first rise.
+FLINK_CLAUSE = """PARTITION BY symbol ORDER BY ts
+  MEASURES FIRST(STRT.ts) AS start_ts, LAST(UP.ts) AS end_ts, LAST(DOWN.price) AS bottom
+  ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
+  PATTERN (STRT DOWN+ UP)
+  DEFINE DOWN AS price < PREV(price), UP AS price > PREV(price)"""
+
+# The same query in Flink's dialect. ORDER BY must name a time attribute: the
+# source declares rt = ts (microseconds) truncated to milliseconds, with a
+# watermark, and the runner checks that no two rows of a symbol share an rt
+# (then ordering by rt is ordering by ts). The measures read the BIGINT column
+# ts itself, so they are microseconds. Flink rejects PREV with any offset but
+# 0 ("Flink does not support physical offsets within partition"), so the row
+# before is named by its variable, which this pattern makes exact: before a
+# DOWN row comes the previous DOWN row (LAST(DOWN.price, 1)) or, for the
+# first DOWN, STRT; before the UP row comes the last DOWN row.
+FLINK_SQL_CLAUSE = """PARTITION BY symbol ORDER BY rt
+  MEASURES FIRST(STRT.ts) AS start_ts, LAST(UP.ts) AS end_ts, LAST(DOWN.price) AS bottom
+  ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
+  PATTERN (STRT DOWN+ UP)
+  DEFINE DOWN AS (LAST(DOWN.price, 1) IS NULL AND DOWN.price < STRT.price)
+                 OR DOWN.price < LAST(DOWN.price, 1),
+         UP AS UP.price > LAST(DOWN.price)"""
+
+# Runs in the peer's interpreter: argv = csv in, csv out, repeat, clause.
 PEER_SCRIPT = """
 import json, sys, time
 import pandas as pd
@@ -62,9 +110,60 @@ out.to_csv(sys.argv[2], index=False)
 print(json.dumps({"seconds": best, "rows": len(out)}))
 """
 
+# Runs in PyFlink's interpreter: argv = csv in (no header), output folder,
+# repeat, clause, csv of the first 1,000 rows. Prints one JSON line.
+FLINK_SCRIPT = r"""
+import json, os, sys, time
+t0 = time.perf_counter()
+from pyflink.table import EnvironmentSettings, TableEnvironment
+env = TableEnvironment.create(EnvironmentSettings.in_batch_mode())
+conf = env.get_config()
+conf.set("parallelism.default", "1")
+conf.set("table.exec.resource.default-parallelism", "1")
+startup = time.perf_counter() - t0
+src, out, repeat, clause, tiny = sys.argv[1:6]
+
+def source(name, path):
+    env.execute_sql(f'''CREATE TEMPORARY TABLE {name} (
+        symbol STRING, ts BIGINT, price DOUBLE, volume BIGINT,
+        rt AS TO_TIMESTAMP_LTZ(CAST(ts / 1000 AS BIGINT), 3),
+        WATERMARK FOR rt AS rt
+      ) WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'csv')''')
+
+def run(name, table, query=None):
+    path = os.path.join(out, name)
+    env.execute_sql(f'''CREATE TEMPORARY TABLE {name} (
+        symbol STRING, start_ts BIGINT, end_ts BIGINT, bottom DOUBLE
+      ) WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'csv')''')
+    query = query or f"SELECT * FROM {table} MATCH_RECOGNIZE ({clause})"
+    t = time.perf_counter()
+    env.execute_sql(f"INSERT INTO {name} {query}").wait()
+    return time.perf_counter() - t, path
+
+source("ticks", src)
+source("tiny", tiny)
+first, path = run("warmup", "ticks")
+times = [run(f"run{i}", "ticks")[0] for i in range(int(repeat))]
+job = [run(f"tiny{i}", "tiny")[0] for i in range(2)]
+# the floor: the same file read and parsed, one row out per symbol, no sort, no match
+scan = run("scan", "ticks", "SELECT symbol, MIN(ts), MAX(ts), MIN(price) FROM ticks "
+           "GROUP BY symbol")[0]
+import pyflink
+print(json.dumps({"startup_seconds": startup, "first_seconds": first,
+                  "seconds": min(times), "all_seconds": times, "tiny_job_seconds": min(job),
+                  "scan_seconds": scan,
+                  "output": path, "version": pyflink.version.__version__}))
+"""
+
 
 def _count(text: str) -> int:
     return int(float(text))
+
+
+def _size(rows: int) -> str:
+    """1000000 -> '1e6' (a file name's size tag)."""
+    text = str(rows)
+    return f"1e{len(text) - 1}" if text.strip("0") == "1" else text
 
 
 def _canonical(df: pd.DataFrame) -> pd.DataFrame:
@@ -75,59 +174,173 @@ def _canonical(df: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["symbol", "start_ts"]).reset_index(drop=True)
 
 
+def _difference(ours: pd.DataFrame, theirs: pd.DataFrame) -> str:
+    """A short account of how two canonical results differ."""
+    a, b = _canonical(ours), _canonical(theirs)
+    both = a.merge(b, how="outer", indicator=True)
+    only_a = both[both["_merge"] == "left_only"]
+    only_b = both[both["_merge"] == "right_only"]
+    text = (f"{len(a):,} rows against {len(b):,}; {len(only_a):,} only in gpu_mr, "
+            f"{len(only_b):,} only in the peer")
+    if len(only_a):
+        text += "; first only in gpu_mr: " + only_a.iloc[0, :4].to_json()
+    if len(only_b):
+        text += "; first only in the peer: " + only_b.iloc[0, :4].to_json()
+    return text
+
+
+def _load() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages (the machines are shared)."""
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def _load_text(load) -> str:
+    return "n/a" if load is None else " ".join(f"{x:.2f}" for x in load)
+
+
+def _run_flink(args, frame: pd.DataFrame, tmp: str) -> tuple[dict, pd.DataFrame] | None:
+    src, tiny = os.path.join(tmp, "ticks.csv"), os.path.join(tmp, "tiny.csv")
+    frame.head(1000).to_csv(tiny, index=False, header=False)
+    out = os.path.join(tmp, "flink_out")
+    proc = subprocess.run([args.peer_python, "-c", FLINK_SCRIPT, src, out, str(args.repeat),
+                           FLINK_SQL_CLAUSE, tiny], capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(proc.stderr[-4000:], file=sys.stderr)
+        print("error: the peer failed (is apache-flink installed there? java on PATH?)",
+              file=sys.stderr)
+        return None
+    peer = json.loads(proc.stdout.strip().splitlines()[-1])
+    parts = [p for p in sorted(glob.glob(os.path.join(peer["output"], "**"), recursive=True))
+             if os.path.isfile(p) and not os.path.basename(p).startswith(".")]
+    names = ["symbol", "start_ts", "end_ts", "bottom"]
+    peer_out = pd.concat([pd.read_csv(p, names=names, header=None) for p in parts]
+                         + [pd.DataFrame(columns=names)], ignore_index=True)
+    peer["rows"] = len(peer_out)
+    return peer, peer_out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peer-python", required=True,
-                    help="python of a virtual environment with pandas-match-recognize")
+    ap.add_argument("--peer", choices=PEERS, default=PEERS[0])
+    ap.add_argument("--peer-python",
+                    help="python of the peer's virtual environment (default: "
+                         + ", ".join(f"{v} for {k}" for k, v in DEFAULT_PYTHON.items()) + ")")
     ap.add_argument("--rows", type=_count, default=1_000_000)
     ap.add_argument("--symbols", type=_count, default=10)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--no-json", action="store_true")
     args = ap.parse_args(argv)
+    if args.peer_python is None:
+        args.peer_python = DEFAULT_PYTHON[args.peer]
+    flink = args.peer == "flink"
+    clause = FLINK_CLAUSE if flink else CLAUSE
+    if not os.path.exists(args.peer_python):
+        print(f"error: no {args.peer_python}; set up the peer's venv (see the module's doc)",
+              file=sys.stderr)
+        return 2
 
     import gpu_mr
     table = ticks.generate(args.rows, args.symbols, seed=0)
     frame = table.to_pandas()
     frame["ts"] = frame["ts"].astype("int64")          # microseconds: no clock parsing
+    load_before = _load()
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = os.path.join(tmp, "ticks.csv"), os.path.join(tmp, "peer_out.csv")
-        frame.to_csv(src, index=False)
-        frame = pd.read_csv(src)                        # both sides read the same file
-        proc = subprocess.run([args.peer_python, "-c", PEER_SCRIPT, src, dst, str(args.repeat),
-                               CLAUSE], capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(proc.stderr[-2000:], file=sys.stderr)
-            print("error: the peer failed (is pandas-match-recognize installed there?)",
-                  file=sys.stderr)
-            return 2
-        peer = json.loads(proc.stdout.strip().splitlines()[-1])
-        peer_out = pd.read_csv(dst)
+        if flink:                                       # Flink's csv format reads no header
+            frame.to_csv(src, index=False, header=False)
+            t0 = time.perf_counter()
+            frame = pd.read_csv(src, names=COLUMNS, header=None)
+            read_seconds = time.perf_counter() - t0
+            ran = _run_flink(args, frame, tmp)
+            if ran is None:
+                return 2
+            peer, peer_out = ran
+        else:
+            frame.to_csv(src, index=False)
+            frame = pd.read_csv(src)                    # both sides read the same file
+            proc = subprocess.run([args.peer_python, "-c", PEER_SCRIPT, src, dst,
+                                   str(args.repeat), CLAUSE], capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(proc.stderr[-2000:], file=sys.stderr)
+                print("error: the peer failed (is pandas-match-recognize installed there?)",
+                      file=sys.stderr)
+                return 2
+            peer = json.loads(proc.stdout.strip().splitlines()[-1])
+            peer_out = pd.read_csv(dst)
 
-    gpu_mr.match_recognize(frame.head(1000), CLAUSE, engine="cpu")
+    gpu_mr.match_recognize(frame.head(1000), clause, engine="cpu")
+    t0 = time.perf_counter()
+    gpu_mr.match_recognize(frame, clause, engine="cpu")    # the parallel kernels compile
+    first = time.perf_counter() - t0
     best = float("inf")
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        ours = gpu_mr.match_recognize(frame, CLAUSE, engine="cpu")
+        ours = gpu_mr.match_recognize(frame, clause, engine="cpu")
         best = min(best, time.perf_counter() - t0)
     identical = _canonical(ours).equals(_canonical(peer_out))
     ratio = peer["seconds"] / best
-    lines = [f"{args.rows:,} ticks, {args.symbols} symbols, V-shape (STRT DOWN+ UP+), "
-             f"{len(ours):,} matches",
-             f"pandas-match-recognize: {peer['seconds']:.3f} s ({args.rows / peer['seconds']:,.0f} rows/s)",
-             f"gpu_mr cpu:             {best:.3f} s ({args.rows / best:,.0f} rows/s)",
-             f"speed-up: {ratio:.0f}x; identical matches: {'yes' if identical else 'NO'}"]
+    load_after = _load()
+    if flink:
+        # Flink orders by ts truncated to milliseconds: ties would make its order arbitrary.
+        ms_ties = int(frame.assign(ms=frame["ts"] // 1000).duplicated(["symbol", "ms"]).sum())
+        lines = [f"{args.rows:,} ticks, {args.symbols} symbols, V-shape ending at the first "
+                 f"rise (STRT DOWN+ UP), {len(ours):,} matches; rows sharing a (symbol, ms): "
+                 f"{ms_ties}",
+                 f"Flink SQL {peer['version']} (batch, parallelism 1): best "
+                 f"{peer['seconds']:.3f} s ({args.rows / peer['seconds']:,.0f} rows/s); first "
+                 f"{peer['first_seconds']:.3f} s; JVM start {peer['startup_seconds']:.1f} s; "
+                 f"a 1,000-row job {peer['tiny_job_seconds']:.3f} s; reading the CSV "
+                 f"alone (GROUP BY symbol) {peer['scan_seconds']:.3f} s",
+                 f"gpu_mr cpu: best {best:.3f} s ({args.rows / best:,.0f} rows/s) on the "
+                 f"frame; first {first:.3f} s; pandas reads the CSV in {read_seconds:.3f} s",
+                 f"Flink / gpu_mr: {ratio:.0f}x; with the CSV read on both sides "
+                 f"{peer['seconds'] / (best + read_seconds):.0f}x; identical matches: "
+                 f"{'yes' if identical else 'NO'}",
+                 f"load average (1, 5, 15 min) {_load_text(load_before)} before, "
+                 f"{_load_text(load_after)} after"]
+    else:
+        ms_ties = None
+        lines = [f"{args.rows:,} ticks, {args.symbols} symbols, V-shape (STRT DOWN+ UP+), "
+                 f"{len(ours):,} matches",
+                 f"pandas-match-recognize: {peer['seconds']:.3f} s "
+                 f"({args.rows / peer['seconds']:,.0f} rows/s)",
+                 f"gpu_mr cpu:             {best:.3f} s ({args.rows / best:,.0f} rows/s)",
+                 f"speed-up: {ratio:.0f}x; identical matches: {'yes' if identical else 'NO'}",
+                 f"load average (1, 5, 15 min) {_load_text(load_before)} before, "
+                 f"{_load_text(load_after)} after"]
+    if not identical:
+        lines.append("difference: " + _difference(ours, peer_out))
     print("\n".join(lines))
     if not args.no_json:
         os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
         import platform
-        name = (f"peers-{_dt.date.today().isoformat()}-{platform.machine()}-"
-                f"{os.cpu_count()}cpu.json")
+        name = (f"peers-{'flink-' if flink else ''}{_dt.date.today().isoformat()}-"
+                f"{platform.machine()}-{os.cpu_count()}cpu"
+                f"{'-' + _size(args.rows) if flink else ''}.json")
+        record = {"rows": args.rows, "symbols": args.symbols, "query": clause,
+                  "peer": args.peer, "peer_seconds": peer["seconds"],
+                  "gpu_mr_cpu_seconds": best, "speedup": ratio,
+                  "matches": len(ours), "peer_matches": len(peer_out),
+                  "identical": identical, "repeat": args.repeat,
+                  "load_average_1_5_15_min_before": load_before,
+                  "load_average_1_5_15_min_after": load_after,
+                  "summary": lines}
+        from run import environment                     # versions, git commit, host kind
+        record["environment"] = environment()
+        if flink:
+            record.update({"peer_query": FLINK_SQL_CLAUSE, "peer_version": peer["version"],
+                           "peer_first_seconds": peer["first_seconds"],
+                           "peer_all_seconds": peer["all_seconds"],
+                           "peer_startup_seconds": peer["startup_seconds"],
+                           "peer_1000_row_job_seconds": peer["tiny_job_seconds"],
+                           "peer_scan_seconds": peer["scan_seconds"],
+                           "gpu_mr_cpu_first_seconds": first,
+                           "pandas_read_csv_seconds": read_seconds,
+                           "speedup_with_csv_read": peer["seconds"] / (best + read_seconds),
+                           "ms_ties": ms_ties, "peer_settings": "batch mode, parallelism 1, "
+                           "filesystem csv source and sink"})
         with open(os.path.join(HERE, "results", name), "w") as f:
-            json.dump({"rows": args.rows, "symbols": args.symbols, "query": CLAUSE,
-                       "peer": "pandas-match-recognize", "peer_seconds": peer["seconds"],
-                       "gpu_mr_cpu_seconds": best, "speedup": ratio,
-                       "matches": len(ours), "identical": identical, "summary": lines},
-                      f, indent=1)
+            json.dump(record, f, indent=1)
         print(f"wrote benchmarks/results/{name}")
     return 0 if identical else 1
 
