@@ -175,6 +175,24 @@ def test_bits_agree_with_cpu_masks(define, table, layout, monkeypatch):
     agree(q, data, f"\nDEFINE A AS {define}")
 
 
+def test_compiled_kernels_agree_on_the_cases():
+    # CASES that raise nowhere on SMALL, eight DEFINEs to a query so that one
+    # compilation checks eight; spread over the list (all of them: FULL)
+    table = chunked(SMALL, CUTS)
+    ok = []
+    for define in CASES:
+        q, data = query(f"A AS {define}", table)
+        if not cpu_bits(q, data)[2]:
+            ok.append(define)
+    groups = [ok[i:i + 8] for i in range(0, len(ok), 8)] if FULL else \
+        [ok[::len(ok) // 8][:8], ok[len(ok) // 16::len(ok) // 8][:8]]
+    for group in groups:
+        names = [f"V{v}" for v in range(len(group))]
+        defines = ", ".join(f"{x} AS {d.replace('A.', x + '.')}" for x, d in zip(names, group))
+        q, data = query(defines, table, pattern=" ".join(names))
+        assert agree(q, data, f"\n{defines}", jit=True) is not None
+
+
 def test_errors_and_inexact_rows_return_none():
     for define in ("i + 1 > 0", "-i > 0", "i * 2 > 0", "ABS(i) > 0", "i / 0 > 1",
                    "j % 0 = 0", "PREV(8 / j) > 0", "PREV(i - 1) > 0"):
