@@ -674,14 +674,21 @@ def _kernel(source: str, jit: bool):
 
 
 def _module_text(source: str, jit: bool) -> str:
-    head = [f"# {_options() if jit else 'python'}", "import math", "import numpy as np", ""]
+    return "\n".join([f"# {_options() if jit else 'python'}", _HELPERS, source])
+
+
+def _helpers() -> str:
+    """The kernel module's fixed part: kernels/registers.py's constants and
+    arithmetic helpers, with this module's :func:`cmp_if`, :func:`mod_f64`
+    and :func:`getbit`."""
+    head = ["import math", "import numpy as np", ""]
     head += [f"{n} = {getattr(K, n)!r}" for n in dir(K)
              if n.isupper() and isinstance(getattr(K, n), int)]
     mine = (cmp_if, mod_f64, getbit)
     head += [inspect.getsource(getattr(K, n)) for n in K.SHARED_FUNCTIONS
              if n not in [f.__name__ for f in mine]]
     head += [inspect.getsource(f) for f in mine]
-    return "\n".join(head) + "\n" + source
+    return "\n".join(head)
 
 
 def _options() -> dict:
@@ -694,6 +701,9 @@ def _options() -> dict:
             "driver": dict(base["driver"], nogil=True, error_model="numpy")}
 
 
+# Read at import: inspect reads the files on disk, which may change later
+# (an upgrade under a running process) and no longer match the functions.
+_HELPERS = _helpers()
 _POOL = None
 _POOL_LOCK = threading.Lock()
 
