@@ -7,8 +7,10 @@ renumbered densely); the leftmost-first DFA (pattern/dfa.py) is explored over
 the classes the data holds and scanned by the numba kernels of
 kernels/scan.py, partitions in parallel; the preferred
 path of each match (which variable each row took) comes from the DFA's
-thread lineage, one independent job per match. The result is a
-``MatchArrays``, identical to the reference engine's matches.
+thread lineage, one independent job per match. For AFTER MATCH SKIP PAST
+LAST ROW the unanchored automaton (kernels/unanchored.py) finds the same
+matches in one step per row and recovers each in one backward walk. The
+result is a ``MatchArrays``, identical to the reference engine's matches.
 Queries whose DEFINEs depend on the match so far go to the register machine
 (engines/registers.py) when it can hold their state.
 
@@ -20,9 +22,10 @@ exactly, or a DFA past its state cap -- this engine hands the query to the
 reference engine's matcher and says so in ``last_run``.
 
 Cost: about one numpy pass per comparison in a DEFINE, one pass to pack the
-classes, one scan of the rows (about two DFA steps per row on tick data: a
-failed search is retried from the next row, and a successful one looks past
-its end), and O(match length) per match for recovery.
+classes, one scan of the rows (one DFA step per row for SKIP PAST LAST ROW;
+else about two on tick data: a failed search is retried from the next row,
+and a successful one looks past its end), and O(match length) per match for
+recovery.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import numpy as np
 
 from ..analysis import CheckedQuery
 from ..frames import SortedInput
-from ..pattern.dfa import Dfa, DfaTooLarge
+from ..pattern.dfa import Dfa, DfaTooLarge, UnanchoredDfa
 from ..pattern.nfa import compile_nfa
 from ..predicates import masks as M
 from .base import MatchArrays, skip_error
@@ -91,11 +94,13 @@ def choose_path(query: CheckedQuery) -> tuple:
 
 @dataclass
 class RunInfo:
-    """What the last ``find_matches`` did, for explain-style reporting."""
+    """What the last ``find_matches`` did, for explain-style reporting
+    (``scan``: which DFA scan ran, and why that one)."""
     path: str = ""
     reason: str = ""
     dfa_states: int = 0
     classes: int = 0
+    scan: str = ""
 
 
 class CpuEngine:
@@ -133,18 +138,24 @@ class CpuEngine:
         prepared = self.prepare(query, data)
         if isinstance(prepared, str):
             return self._fallback(query, data, prepared)
-        return scan_to_matches(query, data, *prepared)[0]
+        matches, _, scan = _scan_to_matches(query, data, *prepared)
+        self.last_run.scan = scan
+        return matches
 
     def prepare(self, query: CheckedQuery, data: SortedInput):
-        """(dense classes, DFA tables) for the scan, or the reason the DFA
-        path cannot answer exactly on this data (the caller falls back)."""
+        """(dense classes, DFA tables, unanchored DFA tables or None) for the
+        scan, or the reason the DFA path cannot answer exactly on this data
+        (the caller falls back). The unanchored tables serve AFTER MATCH SKIP
+        PAST LAST ROW (kernels/unanchored.py); None for other modes, or when
+        that automaton is past its state cap (the anchored scan runs)."""
         n = data.table.num_rows
         plan = self._plan            # one read: another thread may replace it meanwhile
         if plan is None or plan[0] is not query:
-            plan = (query, M.compile_masks(query),
-                    Dfa(compile_nfa(query.pattern, query.primary_vars)))
+            program = compile_nfa(query.pattern, query.primary_vars)
+            plan = (query, M.compile_masks(query), Dfa(program),
+                    UnanchoredDfa(program) if query.skip.kind == "PAST_LAST_ROW" else None)
             self._plan = plan
-        _, mask_set, dfa = plan
+        _, mask_set, dfa, unanchored_dfa = plan
         results = mask_set.evaluate_detailed(data)
         failing = [v for v, r in results.items() if r is not None and r.failed.any()]
         if failing:
@@ -162,15 +173,23 @@ class CpuEngine:
         except DfaTooLarge as exc:
             return str(exc)
         self.last_run = RunInfo("dfa", "", tables.n_states - 1, len(present))
+        unanchored = None
+        if unanchored_dfa is not None:
+            try:
+                unanchored = unanchored_dfa.dense_tables(present)
+            except DfaTooLarge:
+                pass                 # the anchored scan serves: reported by the scan
         if n_vars <= _DIRECT_MAX_VARS:
             tables = tables.over_bitmasks(present, n_vars)
-        return classes, tables
+            if unanchored is not None:
+                unanchored = unanchored.over_bitmasks(present, n_vars)
+        return classes, tables, unanchored
 
     def scan_to_matches(self, query: CheckedQuery, data: SortedInput, dense, tables,
-                        **stream) -> tuple:
+                        unanchored=None, **stream) -> tuple:
         """:func:`scan_to_matches` (streams call it through the engine, so
         the GPU engine can stand in)."""
-        return scan_to_matches(query, data, dense, tables, **stream)
+        return scan_to_matches(query, data, dense, tables, unanchored, **stream)
 
     def _fallback(self, query: CheckedQuery, data: SortedInput, reason: str):
         self.last_run = RunInfo("reference", reason)
@@ -223,19 +242,42 @@ def skip_variables(query: CheckedQuery) -> int:
 
 
 def scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, tables,
-                    scan_from: int = -1, continues: bool = False, open_end: bool = False,
-                    end_margin: int = 0, number_base: int = 0, rows_before: int = 0) -> tuple:
+                    unanchored=None, scan_from: int = -1, continues: bool = False,
+                    open_end: bool = False, end_margin: int = 0, number_base: int = 0,
+                    rows_before: int = 0) -> tuple:
     """Scan the dense classes, raise a SKIP error where the reference would,
     recover every match's path, number the matches: ``(MatchArrays, row to
     resume at in the last partition)``. The stream arguments are those of
     ``kernels.scan.run_scan``; ``number_base`` is the count of matches an
-    earlier batch already gave the first partition."""
+    earlier batch already gave the first partition. ``unanchored``: the
+    :class:`UnanchoredDfa`'s tables (``prepare``), scanned instead of
+    ``tables`` where they can serve (see :func:`_scan_to_matches`)."""
+    return _scan_to_matches(query, data, dense, tables, unanchored, scan_from, continues,
+                            open_end, end_margin, number_base, rows_before)[:2]
+
+
+def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, tables,
+                     unanchored=None, scan_from: int = -1, continues: bool = False,
+                     open_end: bool = False, end_margin: int = 0, number_base: int = 0,
+                     rows_before: int = 0) -> tuple:
+    """:func:`scan_to_matches` and which scan ran. The unanchored scan
+    (kernels/unanchored.py: one DFA step per row, recovery in one backward
+    walk) runs for AFTER MATCH SKIP PAST LAST ROW over whole partitions when
+    its automaton is within its cap, unless a partition is so long that the
+    anchored scan's speculative chunks on all cores are faster; else the
+    anchored scan and its path recovery (kernels/scan.py)."""
     from ..kernels.scan import ERR_SKIP_NO_ROW, run_recovery, run_scan
     offsets = data.partition_offsets.astype(np.int64, copy=False)
     skip = query.skip
-    starts, ends, partitions, errors = run_scan(
-        dense, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query), scan_from=scan_from,
-        continues=continues, open_end=open_end, end_margin=end_margin)
+    why = _anchored_reason(query, offsets, unanchored, scan_from, continues, open_end)
+    if why is None:
+        from ..kernels.unanchored import run_unanchored
+        starts, ends, partitions, errors, *paths = run_unanchored(dense, offsets, unanchored)
+    else:
+        starts, ends, partitions, errors = run_scan(
+            dense, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query),
+            scan_from=scan_from, continues=continues, open_end=open_end, end_margin=end_margin)
+        paths = None
     counts = np.bincount(partitions, minlength=len(offsets) - 1)
     first_of_partition = np.zeros(len(offsets), dtype=np.int64)
     np.cumsum(counts, out=first_of_partition[1:])
@@ -249,8 +291,27 @@ def scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, t
         origin = int(offsets[p]) - (rows_before if p == 0 else 0)
         raise skip_error(skip, int(errors[p, 0]) == ERR_SKIP_NO_ROW, int(numbers[i]),
                          int(starts[i]), int(ends[i]) - 1, origin, p)
-    label_offsets, labels, excluded = run_recovery(dense, offsets, starts, ends, partitions,
-                                                   tables, continues=continues)
+    if paths is None:
+        paths = run_recovery(dense, offsets, starts, ends, partitions, tables,
+                             continues=continues)
+    label_offsets, labels, excluded = paths
     resume = int(errors[-1, 2]) if len(errors) else 0
     return (MatchArrays(partitions, numbers, starts, ends - 1, label_offsets, labels, excluded),
-            resume)
+            resume, "unanchored" if why is None else f"anchored: {why}")
+
+
+def _anchored_reason(query: CheckedQuery, offsets: np.ndarray, unanchored, scan_from: int,
+                     continues: bool, open_end: bool) -> Optional[str]:
+    """Why the anchored scan runs rather than the unanchored one, or None."""
+    if query.skip.kind != "PAST_LAST_ROW":
+        return f"AFTER MATCH SKIP TO {query.skip.kind.replace('_', ' ')}"
+    if scan_from >= 0 or continues or open_end:
+        return "a stream batch"
+    if unanchored is None:
+        return "the unanchored DFA is past its cap (states, or threads per state)"
+    if numba_missing() is not None:
+        return "numba is not installed"
+    from ..kernels.unanchored import prefers_chunks
+    if prefers_chunks(offsets):
+        return "a partition longer than one thread's share: speculative chunks on all cores"
+    return None

@@ -43,6 +43,40 @@ class DfaTooLarge(Exception):
     """The DFA would exceed its state cap; simulate the NFA instead."""
 
 
+def closure(program: Program, seeds: tuple, at_start: bool, cls: int, at_end: bool) -> list:
+    """(instruction, index of the seed it comes from) for every CONSUME/MATCH
+    instruction reachable from ``seeds`` (NFA instructions, in priority
+    order) on a row of class ``cls``, in priority order, each once: the Pike
+    VM's closure. ``^`` holds when ``at_start``, ``$`` when ``at_end``."""
+    insts = program.insts
+    out, seen = [], set()
+    for thread, seed in enumerate(seeds):
+        stack = [seed]
+        while stack:
+            s = stack.pop()
+            if s in seen:
+                continue
+            seen.add(s)
+            inst = insts[s]
+            if inst.op == SPLIT:
+                stack.append(inst.out2)
+                stack.append(inst.out)
+            elif inst.op == EPS:
+                stack.append(inst.out)
+            elif inst.op == ASSERT_START:
+                if at_start:
+                    stack.append(inst.out)
+            elif inst.op == ASSERT_END:
+                if at_end:
+                    stack.append(inst.out)
+            elif inst.op == ASSERT_NOT:
+                if at_end or not (cls >> inst.var) & 1:
+                    stack.append(inst.out)
+            else:
+                out.append((s, thread))
+    return out
+
+
 @dataclass
 class Dfa:
     program: Program
@@ -81,33 +115,7 @@ class Dfa:
         CONSUME/MATCH instruction reachable from the state's seeds, in
         priority order, each once (the Pike VM's closure)."""
         seeds, at_start = self.states[sid]
-        insts = self.program.insts
-        out, seen = [], set()
-        for thread, seed in enumerate(seeds):
-            stack = [seed]
-            while stack:
-                s = stack.pop()
-                if s in seen:
-                    continue
-                seen.add(s)
-                inst = insts[s]
-                if inst.op == SPLIT:
-                    stack.append(inst.out2)
-                    stack.append(inst.out)
-                elif inst.op == EPS:
-                    stack.append(inst.out)
-                elif inst.op == ASSERT_START:
-                    if at_start:
-                        stack.append(inst.out)
-                elif inst.op == ASSERT_END:
-                    if at_end:
-                        stack.append(inst.out)
-                elif inst.op == ASSERT_NOT:
-                    if at_end or not (cls >> inst.var) & 1:
-                        stack.append(inst.out)
-                else:
-                    out.append((s, thread))
-        return out
+        return closure(self.program, seeds, at_start, cls, at_end)
 
     def step(self, sid: int, cls: int) -> tuple:
         """Read one row of class ``cls``: (next state, whether a match ends
@@ -253,6 +261,216 @@ def pack_lineage(parent_thread, parent_inst, inst_var, inst_excluded) -> np.ndar
     return ((parent_thread.astype(np.int64) & 0xFFFF)
             | (inst_var[inst].astype(np.int64) & 0xFFFF) << 16
             | inst_excluded[inst].astype(np.int64) << 32)
+
+
+# The match thread of a step that is the search injected at that very row:
+# the match consumed nothing (an empty match starting and ending there).
+EMPTY_MATCH = -2
+# Threads per unanchored state: the scan packs a match's thread in a byte
+# (kernels/unanchored.py). More means a pattern of long fixed repeats over
+# rows where every start stays alive, which the anchored scan serves.
+MAX_THREADS = 253
+
+
+@dataclass
+class UnanchoredDfa:
+    """The leftmost-first DFA of an *unanchored* search, for AFTER MATCH SKIP
+    PAST LAST ROW: one scan of the rows finds what :func:`match_spans` finds
+    by running the anchored :class:`Dfa` from every start row.
+
+    A state is the ordered seeds of every live thread, earlier starts first
+    (higher priority), and while no match has been seen, one more seed last:
+    a search *injected* at the row about to be read (RE2's unanchored
+    leftmost-first DFA). The closure keeps each NFA instruction once, for its
+    earliest start: a later start reaching it has the same future and lower
+    priority. A MATCH cuts the threads after it, later injections included,
+    and from then on nothing is injected; the search ends when no thread is
+    left (or at the partition's end), and a fresh one starts where the match
+    ends. Key: (carried seeds, ``^`` holds, injected). Lineage is
+    :class:`Dfa`'s, plus per state the index of its injected seed: walking a
+    match back from its MATCH thread, the row whose pre-state's injected
+    seed the walk reaches is where the match starts.
+    Cost: states are built lazily and cached per (state, class), at most
+    ``max_states`` (and :data:`MAX_THREADS` threads per state); past it
+    :class:`DfaTooLarge` (remembered, so a later call fails at once) tells
+    the caller to scan with the anchored DFA.
+    """
+    program: Program
+    max_states: int = MAX_STATES
+    states: list = field(default_factory=list)        # id -> (carried, at_start, injected)
+    index: dict = field(default_factory=dict)         # key -> id
+    transitions: dict = field(default_factory=dict)   # (id, class) -> (id, matched)
+    # (id, class) -> (per next-state thread: (source thread, CONSUME inst),
+    #                 index of the thread that reached MATCH or -1)
+    lineage: dict = field(default_factory=dict)
+    end_threads: dict = field(default_factory=dict)   # id -> MATCH thread at the end, or -1
+    too_large: str = ""
+
+    def __post_init__(self):
+        self._intern((), False, False)                # DEAD = 0: no thread, no injection
+
+    def _intern(self, carried: tuple, at_start: bool, injected: bool) -> int:
+        key = (carried, at_start, injected)
+        sid = self.index.get(key)
+        if sid is None:
+            if len(self.states) >= self.max_states:
+                self.too_large = f"the unanchored DFA needs more than {self.max_states} states"
+                raise DfaTooLarge(self.too_large)
+            sid = len(self.states)
+            self.index[key] = sid
+            self.states.append(key)
+        return sid
+
+    def start(self, at_partition_start: bool) -> int:
+        """The state of a fresh search at a row (``^`` holds only at the
+        partition's first row)."""
+        return self._intern((), at_partition_start, True)
+
+    def seeds(self, sid: int) -> tuple:
+        """The state's seeds in priority order, the injected one last."""
+        carried, _, injected = self.states[sid]
+        return carried + (self.program.start,) if injected else carried
+
+    def injected_thread(self, sid: int) -> int:
+        """Index of the state's injected seed among :meth:`seeds`, or -1."""
+        carried, _, injected = self.states[sid]
+        return len(carried) if injected else -1
+
+    def step(self, sid: int, cls: int) -> tuple:
+        """Read one row of class ``cls``: (next state, whether a match ends
+        just before this row)."""
+        key = (sid, cls)
+        hit = self.transitions.get(key)
+        if hit is not None:
+            return hit
+        carried, at_start, injected = self.states[sid]
+        insts = self.program.insts
+        nxt, seen, matched, parents, match_thread = [], set(), False, [], -1
+        for s, thread in closure(self.program, self.seeds(sid), at_start, cls, at_end=False):
+            inst = insts[s]
+            if inst.op == MATCH:
+                matched, match_thread = True, thread
+                break                     # lower priority threads and later starts are cut
+            if (cls >> inst.var) & 1 and inst.out not in seen:
+                seen.add(inst.out)
+                nxt.append(inst.out)
+                parents.append((thread, s))
+        injecting = injected and not matched
+        nid = self._intern(tuple(nxt), False, injecting) if nxt or injecting else DEAD
+        result = (nid, matched)
+        self.transitions[key] = result
+        self.lineage[key] = (tuple(parents), match_thread)
+        return result
+
+    def end_thread(self, sid: int) -> int:
+        """The thread reaching MATCH at the partition's end from this state,
+        or -1. The injected seed takes no part: no search starts at the end."""
+        hit = self.end_threads.get(sid)
+        if hit is None:
+            carried, at_start, _ = self.states[sid]
+            threads = [t for s, t in closure(self.program, carried, at_start, 0, at_end=True)
+                       if self.program.insts[s].op == MATCH]
+            hit = self.end_threads[sid] = threads[0] if threads else -1
+        return hit
+
+    def explore(self, classes) -> int:
+        """Build every state reachable on ``classes``; return the state count."""
+        if self.too_large:
+            raise DfaTooLarge(self.too_large)
+        todo = [self.start(True), self.start(False)]
+        done = set()
+        while todo:
+            sid = todo.pop()
+            if sid in done or sid == DEAD:
+                continue
+            done.add(sid)
+            self.end_thread(sid)
+            for c in classes:
+                todo.append(self.step(sid, c)[0])
+        return len(self.states)
+
+    def dense_tables(self, classes) -> "UnanchoredTables":
+        """The automaton over ``classes`` (bitmasks present, in the order of
+        their dense index) as arrays for kernels/unanchored.py."""
+        classes = [int(c) for c in classes] or [0]
+        start_first, start_other = self.start(True), self.start(False)
+        self.explore(classes)
+        n_states, n_classes = len(self.states), len(classes)
+        width = max(1, max(len(carried) for carried, _, _ in self.states))
+        if width > MAX_THREADS:
+            self.too_large = f"an unanchored DFA state holds more than {MAX_THREADS} threads"
+            raise DfaTooLarge(self.too_large)
+        steps = np.zeros((n_states, n_classes), dtype=np.int32)
+        match_thread = np.full((n_states, n_classes), -1, dtype=np.int32)
+        end_accept = np.zeros(n_states, dtype=np.uint8)
+        end_thread = np.full(n_states, -1, dtype=np.int32)
+        injected = np.full(n_states, -1, dtype=np.int32)
+        parent_thread = np.full((n_states, n_classes, width), -1, dtype=np.int32)
+        parent_inst = np.full((n_states, n_classes, width), -1, dtype=np.int32)
+        for sid in range(1, n_states):
+            injected[sid] = self.injected_thread(sid)
+            end_thread[sid] = self.end_thread(sid)
+            end_accept[sid] = end_thread[sid] >= 0
+            for ci, c in enumerate(classes):
+                nid, matched = self.step(sid, c)
+                steps[sid, ci] = nid * 2 + matched
+                parents, thread = self.lineage[(sid, c)]
+                if thread >= 0 and thread == injected[sid]:
+                    thread = EMPTY_MATCH
+                match_thread[sid, ci] = thread
+                for k, (parent, inst) in enumerate(parents):
+                    parent_thread[sid, ci, k] = parent
+                    parent_inst[sid, ci, k] = inst
+        insts = self.program.insts
+        inst_var = np.array([i.var for i in insts], dtype=np.int16)
+        inst_excluded = np.array([i.excluded for i in insts], dtype=np.uint8)
+        lineage = pack_lineage(parent_thread, parent_inst, inst_var, inst_excluded)
+        # Bit 33: the parent is the pre-state's injected seed (the match starts there).
+        started = (parent_thread >= 0) & (parent_thread == injected[:, None, None])
+        lineage |= started.astype(np.int64) << 33
+        return UnanchoredTables(steps, match_thread, end_accept, end_thread, lineage, injected,
+                                start_first, start_other)
+
+
+@dataclass(frozen=True)
+class UnanchoredTables:
+    """An :class:`UnanchoredDfa` explored over the classes in the data.
+
+    ``steps[state, class index]``: next state * 2 + (a match ends just
+    before that row), 0 = dead (only after a match: before one, the
+    injected search keeps the state alive); ``match_thread[...]``: the
+    thread that reached MATCH (:data:`EMPTY_MATCH` when it is the search
+    injected at that row; -1 none); ``end_accept`` / ``end_thread``: a match
+    ends at the partition's end, and its thread; ``lineage[state, class
+    index, k]``: :func:`pack_lineage`'s word for thread ``k`` of the next
+    state, plus bit 33 when its parent is the injected seed (the match
+    starts at that row); ``injected[state]``: that seed's index or -1;
+    ``start_first`` / ``start_other``: a fresh search at a partition's first
+    row / elsewhere.
+    """
+    steps: np.ndarray
+    match_thread: np.ndarray
+    end_accept: np.ndarray
+    end_thread: np.ndarray
+    lineage: np.ndarray
+    injected: np.ndarray
+    start_first: int
+    start_other: int
+
+    @property
+    def n_states(self) -> int:
+        return int(self.steps.shape[0])
+
+    def over_bitmasks(self, present, n_vars: int) -> "UnanchoredTables":
+        """Indexed by the raw class bitmask, as :meth:`DfaTables.over_bitmasks`."""
+        lookup = np.zeros(1 << n_vars, dtype=np.intp)
+        lookup[np.asarray(present, dtype=np.intp)] = np.arange(len(present))
+
+        def columns(table):
+            return np.ascontiguousarray(table[:, lookup])
+        return UnanchoredTables(columns(self.steps), columns(self.match_thread),
+                                self.end_accept, self.end_thread, columns(self.lineage),
+                                self.injected, self.start_first, self.start_other)
 
 
 def match_end(dfa: Dfa, classes, start: int, lo: int, hi: int) -> int:
