@@ -199,6 +199,9 @@ def scan_partitions_parallel(classes, scan_lo, scan_hi, moves, shift, end_accept
 
 # Matches per call of the walk and copy bodies: enough to amortise the call.
 WALK_CHUNK = 4096
+# Below this many matches a parallel walk costs more than it saves (as
+# kernels.scan.PARALLEL_MIN_ROWS for rows: a launch wakes every thread).
+PARALLEL_MIN_MATCHES = 16_384
 
 
 def walk_all(classes, ends, codes, pre, lineage, class_shift, thread_shift, starts, begins):
@@ -293,14 +296,12 @@ def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
     parallel = bool(compiled and n >= S.PARALLEL_MIN_ROWS
                     and S._parallel_lock.acquire(blocking=False))
     try:
-        kernels = (_cpu_kernels(parallel) if compiled
-                   else (scan_partitions, walk_all, copy_all))
+        serial = _cpu_kernels(False) if compiled else (scan_partitions, walk_all, copy_all)
+        wide = _cpu_kernels(True) if parallel else serial
         if parallel and n_parts > 1:
-            kernels[0](*args, S._row_balanced_groups(scan_hi - scan_lo))
-        elif parallel:
-            _cpu_kernels(False)[0](*args)
+            wide[0](*args, S._row_balanced_groups(scan_hi - scan_lo))
         else:
-            kernels[0](*args)
+            serial[0](*args)
         # Compact the per-partition slot ranges (from each partition's first row).
         partitions = np.repeat(np.arange(n_parts, dtype=np.int64), counts)
         base = np.zeros(n_parts + 1, dtype=np.int64)
@@ -312,14 +313,16 @@ def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
         starts = np.empty_like(ends)
         begins = np.empty(-(-ends.shape[0] // WALK_CHUNK), dtype=np.int64)
         lineage, class_shift, thread_shift = flat_lineage(t)
-        kernels[1](classes, ends, codes, pre, lineage, np.int64(class_shift),
-                   np.int64(thread_shift), starts, begins)         # labels into pre
+        walk = wide[1] if ends.shape[0] >= PARALLEL_MIN_MATCHES else serial[1]
+        walk(classes, ends, codes, pre, lineage, np.int64(class_shift), np.int64(thread_shift),
+             starts, begins)                                 # the labels go into pre
         label_offsets = np.zeros(ends.shape[0] + 1, dtype=np.int64)
         np.cumsum(ends - starts, out=label_offsets[1:])
         total = int(label_offsets[-1])
         labels = np.empty(total, dtype=np.int16)
         excluded = np.empty(total, dtype=np.bool_)
-        kernels[2](label_offsets, begins, pre, labels, excluded)
+        copy = wide[2] if total >= S.PARALLEL_MIN_ROWS and begins.shape[0] > 1 else serial[2]
+        copy(label_offsets, begins, pre, labels, excluded)
     finally:
         if parallel:
             S._parallel_lock.release()
