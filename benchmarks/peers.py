@@ -12,8 +12,9 @@ matches, and prints the speed ratio measured in this one run. Peers:
 - ``flink``: Apache Flink SQL through PyFlink (PyPI ``apache-flink``), batch
   mode, parallelism 1, a filesystem CSV source and a filesystem CSV sink.
   Flink rejects a greedy quantifier at the end of a pattern, so both engines
-  run ``STRT DOWN+ UP`` (a fall, then the first rise). JSON goes to
-  ``benchmarks/results/peers-flink-<date>-<host kind>-<rows>.json``.
+  run ``STRT DOWN+ UP`` (a fall, then the first rise); Flink's text differs
+  only in ``ORDER BY rt``, a millisecond time attribute. JSON goes to
+  ``benchmarks/results/peers-flink-<date>-<host kind>-<rows>[-last].json``.
 
 Usage::
 
@@ -68,24 +69,30 @@ CLAUSE = """PARTITION BY symbol ORDER BY ts
   DEFINE DOWN AS price < PREV(price), UP AS price > PREV(price)"""
 
 # The query run against Flink, in standard text (what gpu_mr runs). Flink
-# rejects PATTERN (STRT DOWN+ UP+) ("greedy quantifier at the end of a pattern
-# is not supported"), so the V ends at the first rise.
+# rejects PATTERN (STRT DOWN+ UP+) ("Greedy quantifiers are not allowed as the
+# last element of a Pattern yet"), so the V ends at the first rise.
 FLINK_CLAUSE = """PARTITION BY symbol ORDER BY ts
   MEASURES FIRST(STRT.ts) AS start_ts, LAST(UP.ts) AS end_ts, LAST(DOWN.price) AS bottom
   ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
   PATTERN (STRT DOWN+ UP)
   DEFINE DOWN AS price < PREV(price), UP AS price > PREV(price)"""
 
-# The same query in Flink's dialect. ORDER BY must name a time attribute: the
+# The same query in Flink's dialect: ORDER BY must name a time attribute. The
 # source declares rt = ts (microseconds) truncated to milliseconds, with a
 # watermark, and the runner checks that no two rows of a symbol share an rt
 # (then ordering by rt is ordering by ts). The measures read the BIGINT column
-# ts itself, so they are microseconds. Flink rejects PREV with any offset but
-# 0 ("Flink does not support physical offsets within partition"), so the row
-# before is named by its variable, which this pattern makes exact: before a
-# DOWN row comes the previous DOWN row (LAST(DOWN.price, 1)) or, for the
-# first DOWN, STRT; before the UP row comes the last DOWN row.
-FLINK_SQL_CLAUSE = """PARTITION BY symbol ORDER BY rt
+# ts itself, so they are microseconds. The rest is the standard text: Flink's
+# planner (Calcite) turns an unqualified PREV(price) into LAST(*.price, 1),
+# the row before in the match so far, which is the row before in the
+# partition for every row but a match's first (STRT here, which has no
+# condition). A qualified PREV(DOWN.price) is rejected ("Flink does not
+# support physical offsets within partition").
+FLINK_SQL_CLAUSES = {"prev": FLINK_CLAUSE.replace("ORDER BY ts", "ORDER BY rt")}
+# The same with the row before named by its variable, the form of Flink's own
+# documentation example, exact for this pattern: before a DOWN row comes the
+# previous DOWN row (LAST(DOWN.price, 1)) or, for the first DOWN, STRT; before
+# the UP row comes the last DOWN row.
+FLINK_SQL_CLAUSES["last"] = """PARTITION BY symbol ORDER BY rt
   MEASURES FIRST(STRT.ts) AS start_ts, LAST(UP.ts) AS end_ts, LAST(DOWN.price) AS bottom
   ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
   PATTERN (STRT DOWN+ UP)
@@ -203,7 +210,8 @@ def _run_flink(args, frame: pd.DataFrame, tmp: str) -> tuple[dict, pd.DataFrame]
     frame.head(1000).to_csv(tiny, index=False, header=False)
     out = os.path.join(tmp, "flink_out")
     proc = subprocess.run([args.peer_python, "-c", FLINK_SCRIPT, src, out, str(args.repeat),
-                           FLINK_SQL_CLAUSE, tiny], capture_output=True, text=True)
+                           FLINK_SQL_CLAUSES[args.flink_define], tiny],
+                          capture_output=True, text=True)
     if proc.returncode != 0:
         print(proc.stderr[-4000:], file=sys.stderr)
         print("error: the peer failed (is apache-flink installed there? java on PATH?)",
@@ -225,6 +233,9 @@ def main(argv=None) -> int:
     ap.add_argument("--peer-python",
                     help="python of the peer's virtual environment (default: "
                          + ", ".join(f"{v} for {k}" for k, v in DEFAULT_PYTHON.items()) + ")")
+    ap.add_argument("--flink-define", choices=sorted(FLINK_SQL_CLAUSES), default="prev",
+                    help="Flink's DEFINE: PREV(price) as written (default), or the row before "
+                         "named by its variable with LAST(DOWN.price, 1)")
     ap.add_argument("--rows", type=_count, default=1_000_000)
     ap.add_argument("--symbols", type=_count, default=10)
     ap.add_argument("--repeat", type=int, default=3)
@@ -286,7 +297,9 @@ def main(argv=None) -> int:
         lines = [f"{args.rows:,} ticks, {args.symbols} symbols, V-shape ending at the first "
                  f"rise (STRT DOWN+ UP), {len(ours):,} matches; rows sharing a (symbol, ms): "
                  f"{ms_ties}",
-                 f"Flink SQL {peer['version']} (batch, parallelism 1): best "
+                 f"Flink SQL {peer['version']} (batch, parallelism 1, DEFINE with "
+                 f"{'PREV(price)' if args.flink_define == 'prev' else 'LAST(DOWN.price, 1)'}"
+                 f"): best "
                  f"{peer['seconds']:.3f} s ({args.rows / peer['seconds']:,.0f} rows/s); first "
                  f"{peer['first_seconds']:.3f} s; JVM start {peer['startup_seconds']:.1f} s; "
                  f"a 1,000-row job {peer['tiny_job_seconds']:.3f} s; reading the CSV "
@@ -316,7 +329,8 @@ def main(argv=None) -> int:
         import platform
         name = (f"peers-{'flink-' if flink else ''}{_dt.date.today().isoformat()}-"
                 f"{platform.machine()}-{os.cpu_count()}cpu"
-                f"{'-' + _size(args.rows) if flink else ''}.json")
+                f"{'-' + _size(args.rows) if flink else ''}"
+                f"{'-last' if flink and args.flink_define == 'last' else ''}.json")
         record = {"rows": args.rows, "symbols": args.symbols, "query": clause,
                   "peer": args.peer, "peer_seconds": peer["seconds"],
                   "gpu_mr_cpu_seconds": best, "speedup": ratio,
@@ -328,7 +342,8 @@ def main(argv=None) -> int:
         from run import environment                     # versions, git commit, host kind
         record["environment"] = environment()
         if flink:
-            record.update({"peer_query": FLINK_SQL_CLAUSE, "peer_version": peer["version"],
+            record.update({"peer_query": FLINK_SQL_CLAUSES[args.flink_define],
+                           "flink_define": args.flink_define, "peer_version": peer["version"],
                            "peer_first_seconds": peer["first_seconds"],
                            "peer_all_seconds": peer["all_seconds"],
                            "peer_startup_seconds": peer["startup_seconds"],
