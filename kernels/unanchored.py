@@ -175,6 +175,20 @@ def copy_chunk(first, last, label_offsets, begin, packed, labels, excluded):
         excluded[out + k] = ((v >> 15) & 1) != 0
 
 
+def compact_slots(counts, scan_lo, out_end, out_code, ends, codes, partitions):
+    """Every match in partition order: its end, code and partition, from the
+    per-partition slot ranges (``counts[p]`` slots from row ``scan_lo[p]``);
+    one pass instead of numpy's repeat / arange / gather over the matches."""
+    i = 0
+    for p in range(counts.shape[0]):
+        base = scan_lo[p]
+        for k in range(counts[p]):
+            ends[i] = out_end[base + k]
+            codes[i] = out_code[base + k]
+            partitions[i] = p
+            i += 1
+
+
 # The drivers: serial and parallel loops over independent jobs (one function
 # each: numba's disk cache keys on the function, not its flags).
 
@@ -241,9 +255,9 @@ _compiled: dict = {}
 
 
 def _cpu_kernels(parallel: bool) -> tuple:
-    """numba.njit (scan, walk, copy), compiled on first use and cached on
-    disk; the parallel ones run groups of partitions / chunks of matches on
-    all cores."""
+    """numba.njit (scan, walk, copy[, compact]), compiled on first use and
+    cached on disk; the parallel ones run groups of partitions / chunks of
+    matches on all cores (compacting the slots is serial: one pass)."""
     hit = _compiled.get(parallel)
     if hit is None:
         import numba
@@ -251,7 +265,7 @@ def _cpu_kernels(parallel: bool) -> tuple:
         if parallel:
             hit = (jit(scan_partitions_parallel), jit(walk_all_parallel), jit(copy_all_parallel))
         else:
-            hit = (jit(scan_partitions), jit(walk_all), jit(copy_all))
+            hit = (jit(scan_partitions), jit(walk_all), jit(copy_all), jit(compact_slots))
         _compiled[parallel] = hit
     return hit
 
@@ -296,20 +310,18 @@ def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
     parallel = bool(compiled and n >= S.PARALLEL_MIN_ROWS
                     and S._parallel_lock.acquire(blocking=False))
     try:
-        serial = _cpu_kernels(False) if compiled else (scan_partitions, walk_all, copy_all)
+        serial = (_cpu_kernels(False) if compiled
+                  else (scan_partitions, walk_all, copy_all, compact_slots))
         wide = _cpu_kernels(True) if parallel else serial
         if parallel and n_parts > 1:
             wide[0](*args, S._row_balanced_groups(scan_hi - scan_lo))
         else:
             serial[0](*args)
-        # Compact the per-partition slot ranges (from each partition's first row).
-        partitions = np.repeat(np.arange(n_parts, dtype=np.int64), counts)
-        base = np.zeros(n_parts + 1, dtype=np.int64)
-        np.cumsum(counts, out=base[1:])
-        slots = (np.repeat(scan_lo, counts)
-                 + (np.arange(int(base[-1]), dtype=np.int64) - np.repeat(base[:-1], counts)))
-        ends = out_end[slots]
-        codes = out_code[slots]
+        n_matches = int(counts.sum())
+        ends = np.empty(n_matches, dtype=np.int64)
+        codes = np.empty(n_matches, dtype=np.int32)
+        partitions = np.empty(n_matches, dtype=np.int64)
+        serial[3](counts, scan_lo, out_end, out_code, ends, codes, partitions)
         starts = np.empty_like(ends)
         begins = np.empty(-(-ends.shape[0] // WALK_CHUNK), dtype=np.int64)
         lineage, class_shift, thread_shift = flat_lineage(t)
