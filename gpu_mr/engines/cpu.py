@@ -1,11 +1,13 @@
 """The fast CPU engine: vectorised DEFINE masks, a DFA scan and path recovery.
 
-What: for a query whose DEFINEs are all row-local, each DEFINE becomes one
-vectorised pass over its columns (predicates/masks.py); the masks are
-bit-packed into per-row classes (read as they are up to 8 variables, else
-renumbered densely); the leftmost-first DFA (pattern/dfa.py) is explored over
-the classes the data holds and scanned by the numba kernels of
-kernels/scan.py, partitions in parallel; the preferred
+What: for a query whose DEFINEs are all row-local, one compiled pass
+evaluates every DEFINE at each row and writes its class, the bitmask of the
+variables that may take it (predicates/fused.py), or, for the column types
+and data that pass declines, each DEFINE becomes vectorised numpy passes
+(predicates/masks.py) whose masks are bit-packed; classes are read as they
+are up to 8 variables, else renumbered densely; the leftmost-first DFA
+(pattern/dfa.py) is explored over the classes the data holds and scanned by
+the numba kernels of kernels/scan.py, partitions in parallel; the preferred
 path of each match (which variable each row took) comes from the DFA's
 thread lineage, one independent job per match. For AFTER MATCH SKIP PAST
 LAST ROW the unanchored automaton (kernels/unanchored.py) finds the same
@@ -21,11 +23,11 @@ and which error depends on the search), a value the masks cannot represent
 exactly, or a DFA past its state cap -- this engine hands the query to the
 reference engine's matcher and says so in ``last_run``.
 
-Cost: about one numpy pass per comparison in a DEFINE, one pass to pack the
-classes, one scan of the rows (one DFA step per row for SKIP PAST LAST ROW;
-else about two on tick data: a failed search is retried from the next row,
-and a successful one looks past its end), and O(match length) per match for
-recovery.
+Cost: about one pass over the DEFINE columns (fused; masks.py: a numpy pass
+per operator, one to pack the classes), one scan of the rows (one DFA step
+per row for SKIP PAST LAST ROW; else about two on tick data: a failed
+search is retried from the next row, and a successful one looks past its
+end), and O(match length) per match for recovery.
 """
 
 from __future__ import annotations
@@ -156,15 +158,23 @@ class CpuEngine:
                     UnanchoredDfa(program) if query.skip.kind == "PAST_LAST_ROW" else None)
             self._plan = plan
         _, mask_set, dfa, unanchored_dfa = plan
-        results = mask_set.evaluate_detailed(data)
-        failing = [v for v, r in results.items() if r is not None and r.failed.any()]
-        if failing:
-            return f"DEFINE {failing[0]} raises or cannot be represented exactly at some row"
         n_vars = len(query.primary_vars)
-        bits = class_bits(query, results, n)
+        # One compiled pass (predicates/fused.py), else masks.py's vectorised
+        # passes, which also report the exact error of a row that raises.
+        from ..predicates import fused
+        fast = fused.class_bits(query, data)
+        if fast is not None:
+            bits, present = fast
+        else:
+            results = mask_set.evaluate_detailed(data)
+            failing = [v for v, r in results.items() if r is not None and r.failed.any()]
+            if failing:
+                return f"DEFINE {failing[0]} raises or cannot be represented exactly at some row"
+            bits, present = class_bits(query, results, n), None
         if n_vars <= _DIRECT_MAX_VARS:
-            from ..kernels.scan import present_classes
-            present = present_classes(bits, 1 << n_vars)
+            if present is None:
+                from ..kernels.scan import present_classes
+                present = present_classes(bits, 1 << n_vars)
             classes = bits
         else:
             present, classes = _renumber(bits, n_vars)
