@@ -317,8 +317,8 @@ def binary(e: A.Binary, a, b, ta: T.SqlType, tb: T.SqlType):
                 return math.nan if a == 0.0 or math.isnan(a) else math.copysign(math.inf, a) * (
                     math.copysign(1.0, b))
             return a / b
-        if b == 0.0:
-            return math.nan
+        if b == 0.0 or math.isinf(a):
+            return math.nan         # C's fmod (masks, kernels); Python's fmod raises on inf
         return math.fmod(a, b)
     if kind in ("BIGINT", "DECIMAL") and ta.is_numeric and tb.is_numeric:
         if kind == "DECIMAL":

@@ -141,9 +141,11 @@ def div_f64(a, b):
 
 
 def mod_f64(a, b):
-    if b == 0.0:
+    """A double's ``%``: C's fmod (np.fmod: numba has no math.fmod), NaN for
+    a zero divisor or an infinite dividend, as the interpreter and masks."""
+    if b == 0.0 or a != a or b != b or a == math.inf or a == -math.inf:
         return math.nan
-    return math.fmod(a, b)
+    return float(np.fmod(a, b))
 
 
 def sqrt_f64(x):

@@ -330,6 +330,19 @@ def test_compiled_kernel_matches_reference_on_random_ticks(body, table):
     assert _compare(clause, table, jit=True)
 
 
+def test_compiled_double_modulo():
+    """A double % in a DEFINE compiles (numba has no math.fmod; the kernel
+    once failed to type) and follows C's fmod: NaN for an infinite dividend
+    or a zero divisor."""
+    pytest.importorskip("numba")
+    table = pa.table({"symbol": ["x"] * 8, "ts": list(range(8)),
+                      "price": [3.0, 5.0, 1.0, float("inf"), 4.0, 3.0, -7.5, 0.0],
+                      "volume": [1, 2, 3, 4, 5, 6, 7, 8]})
+    clause = ("PARTITION BY symbol ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B) "
+              "DEFINE B AS B.price % 2.0 > A.price % 3.0 OR B.price % A.price < -1")
+    assert _compare(clause, table, jit=True)
+
+
 # ------------------------------------------- constants are data, not code
 
 _SWEEPS = [   # (DEFINE with {k}, values of k): one query shape, several constants
