@@ -101,3 +101,14 @@ def run_pieces(fn, pieces: list) -> list:
     futures = [pool.submit(fn, lo, hi) for lo, hi in pieces[1:]]
     first = fn(*pieces[0])
     return [first] + [f.result() for f in futures]
+
+
+def run_all(fn, items: list) -> list:
+    """``[fn(item) for item in items]`` on the shared pool (the first item on
+    the calling thread), at most :func:`thread_count` at a time."""
+    if len(items) <= 1 or thread_count() <= 1:
+        return [fn(item) for item in items]
+    pool = _executor(thread_count() - 1)
+    futures = [pool.submit(fn, item) for item in items[1:]]
+    first = fn(items[0])
+    return [first] + [f.result() for f in futures]

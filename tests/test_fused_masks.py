@@ -193,6 +193,19 @@ def test_compiled_kernels_agree_on_the_cases():
         assert agree(q, data, f"\n{defines}", jit=True) is not None
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_compiled_pass_in_tasks_on_threads(workers, monkeypatch):
+    """Rows cut into many tasks (TASK_ROWS) run on the shared pool
+    (kernels/threads.py), each with its own classes-present array: the same
+    bits and classes present as the masks."""
+    from gpu_mr.kernels import threads
+    monkeypatch.setattr(fused, "TASK_ROWS", 3)
+    monkeypatch.setattr(threads, "thread_count", lambda: workers)
+    table = chunked(SMALL, CUTS)
+    q, data = query("A AS i > PREV(i), C AS f < NEXT(f) OR b", table, pattern="A B* C")
+    assert agree(q, data, "tasks", jit=True) is not None
+
+
 def test_errors_and_inexact_rows_return_none():
     for define in ("i + 1 > 0", "-i > 0", "i * 2 > 0", "ABS(i) > 0", "i / 0 > 1",
                    "j % 0 = 0", "PREV(8 / j) > 0", "PREV(i - 1) > 0"):

@@ -37,7 +37,8 @@ combined once and walked as one. Within a partition, the rows at least the
 largest offset from its edges run a copy of the DEFINEs without the edge
 tests, in a loop without exits or scattered stores that LLVM vectorises
 (see ``_Shape.source``). Large inputs are split into ranges run on threads
-(the kernel releases the GIL), each with its own ``seen`` array.
+(the kernel releases the GIL; kernels/threads.py), each with its own ``seen``
+array.
 
 Cost: one pass over the rows, reading each column once, no temporary per
 operator: on the benchmark's ``v_shape`` (10**7 rows of ticks.py, 3 chunks)
@@ -51,10 +52,8 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import math
-import os
 import re
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 import numpy as np
@@ -64,6 +63,7 @@ import pyarrow.compute as pc
 from ..analysis import CheckedQuery
 from ..frames import SortedInput
 from ..kernels import registers as K
+from ..kernels.threads import run_all
 from ..syntax import ast as A
 from . import masks as M
 
@@ -434,10 +434,10 @@ class _Shape:
             status = kernel(r0, r1, ws, width, offsets, part, bits, seen, *args, ci, cf)
             return status, seen
 
-        if jit and len(tasks) > 1 and _threads() > 1:
+        if jit and len(tasks) > 1:
             # a first call compiles (or loads) the kernel: in this thread
             done = [] if kernel.signatures else [task(tasks[0])]
-            results = done + list(_pool().map(task, tasks[len(done):]))
+            results = done + run_all(task, tasks[len(done):])
         else:
             results = [task(t) for t in tasks]
         if any(status for status, _ in results):
@@ -704,23 +704,3 @@ def _options() -> dict:
 # Read at import: inspect reads the files on disk, which may change later
 # (an upgrade under a running process) and no longer match the functions.
 _HELPERS = _helpers()
-_POOL = None
-_POOL_LOCK = threading.Lock()
-
-
-def _threads() -> int:
-    """Threads for one pass: the cores this process may run on, at most 16
-    (the pass is bound by memory bandwidth well before)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:                 # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, 16))
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(_threads(), thread_name_prefix="gpu_mr_fused")
-        return _POOL
