@@ -88,7 +88,7 @@ def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start
     code = 0
     while q < hi:
         while q < hi:
-            m = moves[off + classes[q]]
+            m = moves[np.uint64(off) + classes[q]]    # unsigned: no wraparound on the chain
             c = m & 0xFF
             restart = (m >> 8) & 1
             # Branch-free: where a match ends (often) and where the search
@@ -152,7 +152,8 @@ def walk_matches(classes, first, last, ends, codes, pre, lineage, class_shift, t
             while True:
                 q -= 1
                 row = (np.int64(pre[q]) << class_shift) | classes[q]
-                step = lineage[(row << thread_shift) | t]   # parent | var, mark, start bits
+                # parent | var, mark, start bits; unsigned: no wraparound on the chain
+                step = lineage[np.uint64((row << thread_shift) | t)]
                 p -= 1
                 # the mark as the sign: bit 15 of an int16, and int32 alike
                 pre[p] = ((step >> 16) & 0x7FFF) - (((step >> 32) & 1) << 15)
