@@ -216,3 +216,19 @@ def test_too_many_threads_per_state_fall_back_to_the_anchored_scan():
     engine, got, want = _run_cpu(t, "ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A{300} B) "
                                     "DEFINE A AS x = 1, B AS x = 2")
     assert got == want and len(got) == 1 and "threads" in engine.last_run.scan
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32])
+def test_class_ids_of_either_width(dtype):
+    # uint8 bitmasks or dense ids; int32 ids past 256 classes present.
+    program = program_of("A B+ C+")
+    bits = np.random.default_rng(0).integers(0, 8, 1000)
+    present = sorted(set(bits.tolist()))
+    dense = np.searchsorted(present, bits).astype(dtype)
+    offsets = np.array([0, 400, 1000], dtype=np.int64)
+    anchored = Dfa(program).dense_tables(present)
+    starts, ends, parts, errors = run_scan(dense, offsets, anchored, SKIP_PAST_LAST_ROW)
+    want = [a.tolist() for a in (starts, ends, parts, errors,
+                                 *run_recovery(dense, offsets, starts, ends, parts, anchored))]
+    got = U.run_unanchored(dense, offsets, UnanchoredDfa(program).dense_tables(present))
+    assert [a.tolist() for a in got] == want and len(got[0]) > 50

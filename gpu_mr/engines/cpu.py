@@ -149,7 +149,7 @@ class CpuEngine:
         scan, or the reason the DFA path cannot answer exactly on this data
         (the caller falls back). The unanchored tables serve AFTER MATCH SKIP
         PAST LAST ROW (kernels/unanchored.py); None for other modes, or when
-        that automaton is past its state cap (the anchored scan runs)."""
+        that automaton is past its caps (the anchored scan runs)."""
         n = data.table.num_rows
         plan = self._plan            # one read: another thread may replace it meanwhile
         if plan is None or plan[0] is not query:
