@@ -88,7 +88,7 @@ def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start
     code = 0
     while q < hi:
         while q < hi:
-            m = moves[np.uint64(off) + classes[q]]    # unsigned: no wraparound on the chain
+            m = moves[np.uint64(off + classes[q])]    # unsigned: no wraparound on the chain
             c = m & 0xFF
             restart = (m >> 8) & 1
             # Branch-free: where a match ends (often) and where the search

@@ -230,5 +230,7 @@ def test_class_ids_of_either_width(dtype):
     starts, ends, parts, errors = run_scan(dense, offsets, anchored, SKIP_PAST_LAST_ROW)
     want = [a.tolist() for a in (starts, ends, parts, errors,
                                  *run_recovery(dense, offsets, starts, ends, parts, anchored))]
-    got = U.run_unanchored(dense, offsets, UnanchoredDfa(program).dense_tables(present))
-    assert [a.tolist() for a in got] == want and len(got[0]) > 50
+    unanchored = UnanchoredDfa(program).dense_tables(present)
+    for compiled in (False, True):
+        got = U.run_unanchored(dense, offsets, unanchored, compiled=compiled)
+        assert [a.tolist() for a in got] == want and len(got[0]) > 50
