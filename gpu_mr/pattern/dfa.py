@@ -19,6 +19,10 @@ from the accepting thread of a match yields the Pike VM's preferred path
 (which variable each row took) in O(match length), with no search: this is
 the "one thread per match" recovery of DESIGN.md §5, exact by construction
 because the records are the Pike VM's own thread lineage.
+:class:`UnanchoredDfa` is the same construction for a search that starts at
+every row at once (RE2's unanchored leftmost-first DFA): AFTER MATCH SKIP
+PAST LAST ROW then needs one step per row (kernels/unanchored.py), and the
+lineage walk also finds where each match starts.
 Cost: states are built lazily and cached per (state, class); at most
 ``max_states`` states, beyond which :class:`DfaTooLarge` tells the caller to
 fall back to NFA simulation.
