@@ -148,8 +148,8 @@ class CpuEngine:
         """(dense classes, DFA tables, unanchored DFA tables or None) for the
         scan, or the reason the DFA path cannot answer exactly on this data
         (the caller falls back). The unanchored tables serve AFTER MATCH SKIP
-        PAST LAST ROW (kernels/unanchored.py); None for other modes, or when
-        that automaton is past its caps (the anchored scan runs)."""
+        PAST LAST ROW (kernels/unanchored.py), built when a scan first uses
+        them (:class:`_UnanchoredTables`); None for other modes."""
         n = data.table.num_rows
         plan = self._plan            # one read: another thread may replace it meanwhile
         if plan is None or plan[0] is not query:
@@ -183,16 +183,11 @@ class CpuEngine:
         except DfaTooLarge as exc:
             return str(exc)
         self.last_run = RunInfo("dfa", "", tables.n_states - 1, len(present))
-        unanchored = None
-        if unanchored_dfa is not None:
-            try:
-                unanchored = unanchored_dfa.dense_tables(present)
-            except DfaTooLarge:
-                pass                 # the anchored scan serves: reported by the scan
         if n_vars <= _DIRECT_MAX_VARS:
             tables = tables.over_bitmasks(present, n_vars)
-            if unanchored is not None:
-                unanchored = unanchored.over_bitmasks(present, n_vars)
+        unanchored = None
+        if unanchored_dfa is not None:
+            unanchored = _UnanchoredTables(unanchored_dfa, present, n_vars)
         return classes, tables, unanchored
 
     def scan_to_matches(self, query: CheckedQuery, data: SortedInput, dense, tables,
@@ -204,6 +199,30 @@ class CpuEngine:
     def _fallback(self, query: CheckedQuery, data: SortedInput, reason: str):
         self.last_run = RunInfo("reference", reason)
         return ReferenceEngine().find_matches(query, data)
+
+
+class _UnanchoredTables:
+    """The :class:`UnanchoredDfa`'s tables over the classes present, built
+    on the first call and then kept: a scan that does not use them (a
+    stream batch, a long partition) does not pay for exploring the
+    automaton. Calling it gives the tables, or None past the automaton's
+    caps."""
+
+    def __init__(self, dfa: UnanchoredDfa, present, n_vars: int):
+        self._args = (dfa, present, n_vars)
+        self._built = None
+
+    def __call__(self):
+        if self._args is not None:
+            dfa, present, n_vars = self._args
+            try:
+                built = dfa.dense_tables(present)
+                if n_vars <= _DIRECT_MAX_VARS:
+                    built = built.over_bitmasks(present, n_vars)
+            except DfaTooLarge:
+                built = None
+            self._built, self._args = built, None
+        return self._built
 
 
 def _registers_reason(query: CheckedQuery) -> Optional[str]:
@@ -260,8 +279,9 @@ def scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, t
     resume at in the last partition)``. The stream arguments are those of
     ``kernels.scan.run_scan``; ``number_base`` is the count of matches an
     earlier batch already gave the first partition. ``unanchored``: the
-    :class:`UnanchoredDfa`'s tables (``prepare``), scanned instead of
-    ``tables`` where they can serve (see :func:`_scan_to_matches`)."""
+    :class:`UnanchoredDfa`'s tables as ``prepare`` gives them (built on
+    first use), scanned instead of ``tables`` where they can serve (see
+    :func:`_scan_to_matches`)."""
     return _scan_to_matches(query, data, dense, tables, unanchored, scan_from, continues,
                             open_end, end_margin, number_base, rows_before)[:2]
 
@@ -282,7 +302,7 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
     why = _anchored_reason(query, offsets, unanchored, scan_from, continues, open_end)
     if why is None:
         from ..kernels.unanchored import run_unanchored
-        starts, ends, partitions, errors, *paths = run_unanchored(dense, offsets, unanchored)
+        starts, ends, partitions, errors, *paths = run_unanchored(dense, offsets, unanchored())
     else:
         starts, ends, partitions, errors = run_scan(
             dense, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query),
@@ -317,11 +337,11 @@ def _anchored_reason(query: CheckedQuery, offsets: np.ndarray, unanchored, scan_
         return f"AFTER MATCH SKIP TO {query.skip.kind.replace('_', ' ')}"
     if scan_from >= 0 or continues or open_end:
         return "a stream batch"
-    if unanchored is None:
-        return "the unanchored DFA is past its cap (states, or threads per state)"
     if numba_missing() is not None:
         return "numba is not installed"
     from ..kernels.unanchored import prefers_chunks
     if prefers_chunks(offsets):
         return "a partition longer than one thread's share: speculative chunks on all cores"
+    if unanchored is None or unanchored() is None:
+        return "the unanchored DFA is past its cap (states, or threads per state)"
     return None

@@ -309,6 +309,9 @@ class UnanchoredDfa:
     lineage: dict = field(default_factory=dict)
     end_threads: dict = field(default_factory=dict)   # id -> MATCH thread at the end, or -1
     too_large: str = ""
+    # tuple of classes -> UnanchoredTables: batches of a stream, and runs of the
+    # same query, mostly see the same classes (the arrays cost Python loops)
+    tables: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self._intern((), False, False)                # DEAD = 0: no thread, no injection
@@ -395,8 +398,12 @@ class UnanchoredDfa:
 
     def dense_tables(self, classes) -> "UnanchoredTables":
         """The automaton over ``classes`` (bitmasks present, in the order of
-        their dense index) as arrays for kernels/unanchored.py."""
+        their dense index) as arrays for kernels/unanchored.py (built once
+        per set of classes: the last few are kept)."""
         classes = [int(c) for c in classes] or [0]
+        hit = self.tables.get(tuple(classes))
+        if hit is not None:
+            return hit
         start_first, start_other = self.start(True), self.start(False)
         self.explore(classes)
         n_states, n_classes = len(self.states), len(classes)
@@ -432,8 +439,12 @@ class UnanchoredDfa:
         # Bit 33: the parent is the pre-state's injected seed (the match starts there).
         started = (parent_thread >= 0) & (parent_thread == injected[:, None, None])
         lineage |= started.astype(np.int64) << 33
-        return UnanchoredTables(steps, match_thread, end_accept, end_thread, lineage, injected,
-                                start_first, start_other)
+        built = UnanchoredTables(steps, match_thread, end_accept, end_thread, lineage, injected,
+                                 start_first, start_other)
+        if len(self.tables) >= 8:
+            self.tables.clear()
+        self.tables[tuple(classes)] = built
+        return built
 
 
 @dataclass(frozen=True)
