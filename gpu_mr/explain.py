@@ -103,17 +103,35 @@ def _cpu_path(query: CheckedQuery) -> list:
         return ["register machine: NFA simulation in preferment order whose threads carry "
                 "registers (last rows, running aggregates) for the DEFINEs that read the "
                 "match so far"]
+    from .predicates import fused
     masked = [v for v in query.primary_vars if v in query.defines]
     free = [v for v in query.primary_vars if v not in query.defines]
-    first = "vectorised DEFINE masks for " + (", ".join(masked) if masked else "no variable")
+    first = "DEFINE masks for " + (", ".join(masked) if masked else "no variable")
     if free:
         first += f" ({', '.join(free)} always true)"
-    return [first + ", bit-packed into per-row classes",
-            "leftmost-first DFA scan over the classes present, partitions in parallel; "
-            "the DFA is built lazily (beyond its state cap, or where a DEFINE raises at "
-            "some row, the reference matcher runs instead)",
-            "path recovery (which variable each row took) from the DFA's thread lineage, "
-            "one job per match"]
+    declined = fused.supports(query)
+    if declined is None:
+        first += ", in one compiled pass over the rows into per-row classes"
+    elif "compiled without data" in declined:
+        first += (", in one compiled pass into per-row classes where the columns' types "
+                  "allow (integers, doubles, booleans), else vectorised numpy passes")
+    else:
+        first += (", as vectorised numpy passes bit-packed into per-row classes (not one "
+                  f"compiled pass: {declined})")
+    if query.skip.kind == "PAST_LAST_ROW":
+        scan = ("unanchored leftmost-first DFA scan over the classes present, one step per "
+                "row, partitions in parallel (the anchored scan instead for a streamed batch, "
+                "an automaton past its cap, or a partition wider than a core's share of the "
+                "rows, which it cuts into speculative chunks on all cores)")
+        recovery = ("each match's start and path (which variable each row took) by one "
+                    "backward walk over the automaton's thread lineage, one job per match")
+    else:
+        scan = ("leftmost-first DFA scan over the classes present, a search from each "
+                "candidate start row, partitions in parallel")
+        recovery = ("path recovery (which variable each row took) from the DFA's thread "
+                    "lineage, one job per match")
+    return [first, scan + "; the DFA is built lazily (beyond its state cap, or where a "
+            "DEFINE raises at some row, the reference matcher runs instead)", recovery]
 
 
 def _dfa_summary(query: CheckedQuery, program) -> str:

@@ -52,7 +52,12 @@ def test_sql_runs_the_outer_statement_in_duckdb():
 
 def test_compile_explain_mentions_engine_and_masks():
     text = gpu_mr.compile(CLAUSE).explain()
-    assert "row-local" in text and "engine (auto): cpu" in text and "path: vectorised" in text
+    assert "row-local" in text and "engine (auto): cpu" in text and "path: DEFINE masks" in text
+    assert "unanchored" in text                      # SKIP PAST LAST ROW: one step per row
+    typed = gpu_mr.compile(CLAUSE, pa.Schema.from_pandas(ticks(), preserve_index=False)).explain()
+    assert "in one compiled pass over the rows" in typed
+    assert "a search from each candidate start row" in gpu_mr.compile(
+        CLAUSE.replace("PATTERN", "AFTER MATCH SKIP TO NEXT ROW PATTERN")).explain()
     stateful = CLAUSE.replace("DEFINE ", "DEFINE A AS COUNT(A.*) < 3, ")
     assert "depends on the match so far" in gpu_mr.compile(stateful).explain()
 
