@@ -332,7 +332,7 @@ def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray
             arrays.append(measures[field.name])
             continue
         if partition_of is not None and field.name in partition_columns:
-            arr = _partition_values(data, field.name, partition_of)
+            arr = _partition_values(data, field.name, partition_of, spans is not None)
             if arr is not None:
                 arrays.append(arr)
                 continue
@@ -347,11 +347,13 @@ def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray
     return pa.Table.from_arrays(arrays, schema=query.output_schema)
 
 
-def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray):
+def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray,
+                      ordered: bool = False):
     """A partition column at output rows of known partitions: its value at
-    each partition's first row, repeated. None for floats (``-0.0`` and
-    ``0.0`` share a partition but print differently) and other types whose
-    equal keys need not be identical values."""
+    each partition's first row, repeated (``ordered``: ``partition_of`` is
+    ascending, the rows come as one run per partition). None for floats
+    (``-0.0`` and ``0.0`` share a partition but print differently) and other
+    types whose equal keys need not be identical values."""
     col = data.table.column(name)
     t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
     if not (pa.types.is_integer(t) or pa.types.is_string(t) or pa.types.is_large_string(t)
@@ -359,9 +361,62 @@ def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray):
             or pa.types.is_timestamp(t) or pa.types.is_date(t)):
         return None
     small = _take_sorted(col, data.partition_offsets[:-1])
+    if ordered and not small.null_count:
+        # output rows in partition order: runs, one per partition
+        counts = np.diff(np.searchsorted(partition_of, np.arange(len(small) + 1)))
+        got = _fill_runs(small, counts)
+        if got is not None:
+            return got
     if small.null_count or not _is_binary_like(t):
         return small.take(pa.array(partition_of, pa.int64()))
     return _repeat_strings(small, partition_of)
+
+
+# Runs beyond which _fill_runs leaves the work to a kernel: each run costs a
+# few numpy calls (microseconds).
+_MAX_FILLED_RUNS = 2_000
+
+
+def _fill_runs(small: pa.Array, counts: np.ndarray) -> Optional[pa.Array]:
+    """``small[p]`` repeated ``counts[p]`` times, p ascending (no NULLs), by
+    numpy's block copies: np.repeat of the values of a fixed-width type, a
+    string's bytes doubled by memcpy along its run. None for other types, or
+    too many runs."""
+    t, n = small.type, int(counts.sum())
+    fixed = _fixed_chunks(pa.chunked_array([small], t))
+    if fixed is not None:
+        words = fixed.chunks[0][2] if fixed.chunks else np.zeros(0, fixed.word)
+        return pa.Array.from_buffers(t, n, [None, pa.py_buffer(np.repeat(words, counts))])
+    runs = np.flatnonzero(counts)
+    if not _is_binary_like(t) or len(runs) > _MAX_FILLED_RUNS:
+        return None
+    piece = _string_piece(small)
+    lengths = np.diff(piece.offsets).astype(np.int64)
+    total = int(counts @ lengths)
+    large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
+    if not large and total >= 2**31:
+        return None
+    out_offsets = np.empty(n + 1, np.int64 if large else np.int32)
+    out_offsets[0] = 0
+    out_data = np.empty(total, np.uint8)
+    pos = o = 0
+    for p in runs.tolist():
+        c, width, a = int(counts[p]), int(lengths[p]), int(piece.offsets[p])
+        if width:
+            out_offsets[o + 1:o + c + 1] = np.arange(pos + width, pos + width * c + 1, width)
+            run = out_data[pos:pos + c * width]
+            run[:width] = piece.data[a:a + width]
+            done = width
+            while done < run.shape[0]:      # doubling block copies (memcpy each)
+                step = min(done, run.shape[0] - done)
+                run[done:done + step] = run[:step]
+                done += step
+        else:
+            out_offsets[o + 1:o + c + 1] = pos
+        pos += c * width
+        o += c
+    return pa.Array.from_buffers(t, n, [None, pa.py_buffer(out_offsets),
+                                        pa.py_buffer(out_data)])
 
 
 def _is_binary_like(t: pa.DataType) -> bool:

@@ -91,3 +91,26 @@ def test_repeat_small_strings_as_take(typ, runs, pieces, monkeypatch):
         assert got.type == typ
         assert got.to_pylist() == want.to_pylist()
         got.validate(full=True)
+
+
+@pytest.mark.parametrize("small", [
+    pa.array(["", "SYM1", "ä😀", "x" * 40]), pa.array(["a", "", "bc", ""], pa.large_string()),
+    pa.array([b"\x00", b"", b"zz", b"q"]), pa.array([5, -1, 2**40, 0], pa.int64()),
+    pa.array([1, 2, 3, 4], pa.int16()),
+    pa.array([0, 10**12, 5, 7], pa.timestamp("us", tz="UTC")),
+])
+def test_fill_runs_is_a_take_of_sorted_runs(small, monkeypatch):
+    """measures._fill_runs (a partition key per output row, one run per
+    partition) equals Arrow's take, with empty runs and empty strings, and
+    declines past its run limit for strings."""
+    counts = np.array([3, 0, 1, 5])
+    index = np.repeat(np.arange(4), counts)
+    got = measures._fill_runs(small, counts)
+    assert got.type == small.type
+    got.validate(full=True)
+    assert got.to_pylist() == small.take(pa.array(index)).to_pylist()
+    monkeypatch.setattr(measures, "_MAX_FILLED_RUNS", 2)
+    if pa.types.is_integer(small.type) or pa.types.is_timestamp(small.type):
+        assert measures._fill_runs(small, counts) is not None     # np.repeat: any runs
+    else:
+        assert measures._fill_runs(small, counts) is None
