@@ -372,23 +372,24 @@ def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray,
     return _repeat_strings(small, partition_of)
 
 
-# Runs beyond which _fill_runs leaves the work to a kernel: each run costs a
-# few numpy calls (microseconds).
-_MAX_FILLED_RUNS = 2_000
+# Output rows per run below which _fill_runs leaves strings to a kernel: a run
+# costs a few numpy calls (microseconds each), the kernel a few nanoseconds a
+# row.
+_MIN_RUN_ROWS = 1_000
 
 
 def _fill_runs(small: pa.Array, counts: np.ndarray) -> Optional[pa.Array]:
     """``small[p]`` repeated ``counts[p]`` times, p ascending (no NULLs), by
     numpy's block copies: np.repeat of the values of a fixed-width type, a
     string's bytes doubled by memcpy along its run. None for other types, or
-    too many runs."""
+    strings in runs too short to repay a few numpy calls each."""
     t, n = small.type, int(counts.sum())
     fixed = _fixed_chunks(pa.chunked_array([small], t))
     if fixed is not None:
         words = fixed.chunks[0][2] if fixed.chunks else np.zeros(0, fixed.word)
         return pa.Array.from_buffers(t, n, [None, pa.py_buffer(np.repeat(words, counts))])
     runs = np.flatnonzero(counts)
-    if not _is_binary_like(t) or len(runs) > _MAX_FILLED_RUNS:
+    if not _is_binary_like(t) or n < _MIN_RUN_ROWS * len(runs):
         return None
     piece = _string_piece(small)
     lengths = np.diff(piece.offsets).astype(np.int64)

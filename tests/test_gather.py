@@ -105,11 +105,12 @@ def test_fill_runs_is_a_take_of_sorted_runs(small, monkeypatch):
     declines past its run limit for strings."""
     counts = np.array([3, 0, 1, 5])
     index = np.repeat(np.arange(4), counts)
+    monkeypatch.setattr(measures, "_MIN_RUN_ROWS", 1)
     got = measures._fill_runs(small, counts)
     assert got.type == small.type
     got.validate(full=True)
     assert got.to_pylist() == small.take(pa.array(index)).to_pylist()
-    monkeypatch.setattr(measures, "_MAX_FILLED_RUNS", 2)
+    monkeypatch.setattr(measures, "_MIN_RUN_ROWS", 4)     # 9 rows in 3 runs: too short
     if pa.types.is_integer(small.type) or pa.types.is_timestamp(small.type):
         assert measures._fill_runs(small, counts) is not None     # np.repeat: any runs
     else:
