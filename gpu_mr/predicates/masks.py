@@ -294,8 +294,24 @@ class MaskProgram:
         return MaskResult(holds & ~failed, failed, v.err, v.erow, ctx.sources)
 
 
+# (query, answer) of the last supports_query: the engine's choice, the fused
+# pass and the mask compiler ask about the same query object in one call, and
+# each answer costs a dry run of every DEFINE (a millisecond on small inputs).
+_last_support: tuple = (None, None)
+
+
 def supports_query(query: CheckedQuery) -> Optional[str]:
     """Why the DEFINEs of ``query`` cannot all be masks, or None."""
+    global _last_support
+    last = _last_support                # one read: another thread may replace it
+    if last[0] is query:
+        return last[1]
+    reason = _supports_query(query)
+    _last_support = (query, reason)
+    return reason
+
+
+def _supports_query(query: CheckedQuery) -> Optional[str]:
     if len(query.primary_vars) > MAX_VARIABLES:
         return (f"{len(query.primary_vars)} pattern variables; class ids hold at most "
                 f"{MAX_VARIABLES}")
