@@ -161,6 +161,8 @@ class _OneRowPerMatch:
     """:class:`OutputRows` of ONE ROW PER MATCH (output row i: match i),
     each array built on first read: vectorised measures mostly need none."""
 
+    running_is_element = False
+
     def __init__(self, ma: MatchArrays):
         self._ma = ma
         self.source = ma.start
@@ -693,8 +695,8 @@ class _Vectors:
             # output row o is match o: per-match arrays serve as they are
             # (``mi`` and ``has`` None: no gather, no mask)
             self.has = self.mi = None
-            self.first = ma.label_offsets[:-1]
-            self.stop = ma.label_offsets[1:]
+            self._first = ma.label_offsets[:-1]
+            self._stop = ma.label_offsets[1:]
         else:
             match = rows.match
             if match.size and match.min() < 0:      # WITH UNMATCHED ROWS
@@ -703,8 +705,7 @@ class _Vectors:
             else:                                   # every output row has a match
                 self.has, mi = None, match
             self.mi = mi
-            self.first = ma.label_offsets[mi]
-            self.stop = ma.label_offsets[mi + 1]
+            self._first = self._stop = None     # gathered on first read
         ids = {name: i for i, name in enumerate(query.primary_vars)}
         self.var_ids = {name: (i,) for name, i in ids.items()}
         for name, members in query.subsets.items():
@@ -714,6 +715,20 @@ class _Vectors:
         self._part = None
 
     # built on first read (ONE ROW's common measures need none of them)
+    @property
+    def first(self) -> np.ndarray:
+        """Per output row, its match's first element."""
+        if self._first is None:
+            self._first = self.ma.label_offsets[self.mi]
+        return self._first
+
+    @property
+    def stop(self) -> np.ndarray:
+        """Per output row, the element after its match's last."""
+        if self._stop is None:
+            self._stop = self.ma.label_offsets[1:][self.mi]
+        return self._stop
+
     @property
     def delta(self) -> np.ndarray:
         if self._delta is None:
@@ -801,6 +816,12 @@ class _Vectors:
         if isinstance(e, A.MatchNumber):
             return self._ints(self._at(self.ma.number), self.has)
         if isinstance(e, A.Classifier):
+            if (e.var is None and not self.one_row and self.has is None
+                    and self._rows.running_is_element):
+                # ALL ROWS, every row of every match in order: row o's label is
+                # element o's (no empty match: the current row is always one)
+                names = pa.array(list(self.q.primary_vars), pa.string())
+                return _repeat_strings(names, self.ma.labels, None, runs=False)
             return self._label_at(self._last_row(e.var))
         if isinstance(e, A.ColumnRef):
             return self._gather(e, self._last_row(e.var))
