@@ -170,10 +170,16 @@ def copy_chunk(first, last, label_offsets, begin, packed, labels, excluded):
     :func:`walk_matches` left them (``packed[begin ...]``) to their place
     in the CSR layout."""
     out = label_offsets[first]
-    for k in range(label_offsets[last] - out):
-        v = packed[begin + k]
-        labels[out + k] = v & 0x7FFF
-        excluded[out + k] = ((v >> 15) & 1) != 0
+    count = label_offsets[last] - out
+    # slices indexed from 0 by a range: no negative-index wraparound test per
+    # element, so the loop vectorises
+    src = packed[begin:begin + count]
+    dst_labels = labels[out:out + count]
+    dst_excluded = excluded[out:out + count]
+    for k in range(count):
+        v = src[k]
+        dst_labels[k] = v & 0x7FFF
+        dst_excluded[k] = ((v >> 15) & 1) != 0
 
 
 def compact_slots(counts, scan_lo, out_end, out_code, ends, codes, partitions):
