@@ -438,25 +438,30 @@ def _repeat_strings(small: pa.Array, index: np.ndarray,
     t = small.type
     if valid is not None:
         index = np.where(valid, index, 0)
-    index = index.astype(np.int64, copy=False)
     piece = _string_piece(small)
-    lengths = np.diff(piece.offsets).astype(np.int64)
     large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
-    total = int(np.bincount(index, minlength=len(lengths)) @ lengths) if len(index) else 0
-    if not large and total >= 2**31:
-        return small.take(pa.array(index, pa.int64(), mask=None if valid is None else ~valid))
-    out_offsets = np.empty(len(index) + 1, np.int64 if large else np.int32)
-    out_data = np.empty(total, np.uint8)
     kernels = G.kernels(len(index) >= G_MIN_ROWS)
-    if runs or kernels is G.DRIVERS:
-        kernels[1](piece.offsets, piece.data, index, out_offsets, out_data)
-    else:
+    per_output = not runs and kernels is not G.DRIVERS
+    if per_output:          # the bytes of each piece of outputs: where its copy starts
         pieces = split_even(len(index)) or [(0, 0)]
         sizes = run_pieces(lambda a, b: kernels[2](piece.offsets, index, a, b), pieces)
+        total = int(sum(sizes))
+    else:
+        index = index.astype(np.int64, copy=False)
+        lengths = np.diff(piece.offsets).astype(np.int64)
+        total = int(np.bincount(index, minlength=len(lengths)) @ lengths) if len(index) else 0
+    if not large and total >= 2**31:
+        return small.take(pa.array(index.astype(np.int64), pa.int64(),
+                                   mask=None if valid is None else ~valid))
+    out_offsets = np.empty(len(index) + 1, np.int64 if large else np.int32)
+    out_data = np.empty(total, np.uint8)
+    if per_output:
         starts = np.concatenate(([0], np.cumsum(sizes[:-1]))).astype(np.int64)
         run_pieces(lambda a, b: kernels[3](piece.offsets, piece.data, index, a, b,
                                            starts[pieces.index((a, b))], out_offsets,
                                            out_data), pieces)
+    else:
+        kernels[1](piece.offsets, piece.data, index, out_offsets, out_data)
     nulls = 0 if valid is None else len(index) - int(np.count_nonzero(valid))
     bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
     return pa.Array.from_buffers(t, len(index), [bitmap, pa.py_buffer(out_offsets),
@@ -972,7 +977,16 @@ class _Vectors:
                 return self._final_rows(*key[1:4])
             rows = self._cache.get(key)
             if rows is None:
-                rows = self._cache[key] = self._to_row(self._landing(*key[1:]))
+                ids = key[1]
+                if (e.kind == "FIRST" and k == 0 and self.has is None
+                        and self._rows.running_is_element
+                        and (ids is None or self._at_edge(ids, "FIRST", 0))):
+                    # every row of every match is an output row, at or after
+                    # its match's first row, which is the landing: its start
+                    rows = self._at(self.ma.start)
+                else:
+                    rows = self._to_row(self._landing(*key[1:]))
+                self._cache[key] = rows
             return rows
         if isinstance(e.arg, A.Navigation):
             base = self._navigate(e.arg)
