@@ -57,7 +57,7 @@ from .interpreter import INT64_MAX, INT64_MIN, Interpreter, MatchView, _nav_var
 from .kernels import gather as G
 from .kernels.segmented import (JIT_MIN_ELEMENTS, Segments, find_members, segmented_arg_extreme,
                                 segmented_count, segmented_sum)
-from .kernels.threads import run_pieces, split_even
+from .kernels.threads import run_pieces, split, split_even
 from .pattern.nfa import compile_nfa, edge_variables
 from .syntax import ast as A
 from .syntax import types as T
@@ -191,9 +191,15 @@ def output_rows(query: CheckedQuery, data: SortedInput, ma: MatchArrays) -> Outp
         return _OneRowPerMatch(ma)
     if not ma.excluded.any() and not empty.any():
         # the usual case: every row of every match, in match order
-        mid = np.repeat(np.arange(len(ma), dtype=np.int64), nxt - first)
-        running = np.arange(ma.labels.shape[0], dtype=np.int64)
-        source = running + (start - first)[mid]
+        total = ma.labels.shape[0]
+        mid = np.empty(total, dtype=np.int64)
+        source = np.empty(total, dtype=np.int64)
+        expand = G.kernels(total >= G_MIN_ROWS)[4]
+        # matches in pieces of about equal rows, on all cores (the kernel drops the GIL)
+        pieces = (split(ma.label_offsets) if expand is not G.DRIVERS[4]
+                  else [(0, len(ma))])
+        run_pieces(lambda a, b: expand(start, ma.label_offsets, a, b, mid, source), pieces)
+        running = np.arange(total, dtype=np.int64)
         rows = OutputRows(source, mid, source, running, True)
         if query.empty_matches != "UNMATCHED":
             return rows

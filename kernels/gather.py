@@ -122,7 +122,24 @@ def take_strings(src_offsets, src_data, index, lo, hi, pos, out_offsets, out_dat
         out_offsets[o + 1] = pos
 
 
-DRIVERS = (gather_fixed, repeat_strings, string_bytes, take_strings)
+def expand_matches(starts, label_offsets, first, last, match, source):
+    """For matches ``first .. last-1``, every element ``e`` of match ``i``
+    (``label_offsets[i] <= e < label_offsets[i + 1]``): ``match[e] = i`` and
+    ``source[e]``, its row (``starts[i]`` + its place in the match). The
+    output rows of ALL ROWS PER MATCH when every row of every match is one,
+    in one pass instead of numpy's repeat, arange, gather and add."""
+    for i in range(first, last):
+        lo = label_offsets[i]
+        n = label_offsets[i + 1] - lo
+        row = starts[i]
+        dst_match = match[lo:lo + n]
+        dst_source = source[lo:lo + n]
+        for k in range(n):
+            dst_match[k] = i
+            dst_source[k] = row + k
+
+
+DRIVERS = (gather_fixed, repeat_strings, string_bytes, take_strings, expand_matches)
 _compiled = None
 
 

@@ -115,3 +115,26 @@ def test_fill_runs_is_a_take_of_sorted_runs(small, monkeypatch):
         assert measures._fill_runs(small, counts) is not None     # np.repeat: any runs
     else:
         assert measures._fill_runs(small, counts) is None
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_expand_matches_in_pieces(compiled, monkeypatch):
+    """ALL ROWS output rows (measures.output_rows' usual case) from the
+    kernel, whole or in pieces on threads: each element's match and row."""
+    from gpu_mr.engines.base import MatchArrays
+    from gpu_mr.kernels import threads
+    monkeypatch.setattr(measures, "G_MIN_ROWS", 0 if compiled else 10**9)
+    monkeypatch.setattr(threads, "MIN_WORK", 1)
+    monkeypatch.setattr(threads, "thread_count", lambda: 3)
+    lengths = np.array([1, 4, 2, 7, 1, 3])
+    starts = np.array([0, 3, 9, 12, 30, 40])
+    offsets = np.concatenate(([0], np.cumsum(lengths)))
+    n = int(offsets[-1])
+    ma = MatchArrays(np.zeros(6, np.int64), np.arange(1, 7), starts, starts + lengths - 1,
+                     offsets, np.zeros(n, np.int16), np.zeros(n, bool))
+    q = type("Q", (), {"rows_per_match": "ALL", "empty_matches": "SHOW"})()
+    rows = measures.output_rows(q, None, ma)
+    want_match = np.repeat(np.arange(6), lengths)
+    assert rows.match.tolist() == want_match.tolist()
+    assert rows.source.tolist() == (np.arange(n) + (starts - offsets[:-1])[want_match]).tolist()
+    assert rows.running_is_element and rows.running.tolist() == list(range(n))

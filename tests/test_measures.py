@@ -332,6 +332,7 @@ def test_compiled_kernels_in_assembly(monkeypatch, split):
     """With the numba kernels (used for large inputs), whole or in pieces on
     threads: the same table as the interpreter."""
     monkeypatch.setattr(segmented, "JIT_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(measures, "G_MIN_ROWS", 0)
     if split:
         _split_everything(monkeypatch)
     n = 600
