@@ -1187,7 +1187,7 @@ class _Vectors:
             if rows_out and lo:
                 part = (out[ma.label_offsets[a]:ma.label_offsets[b]] if per_element
                         else target)
-                part[part >= 0] += lo
+                np.add(part, lo, out=part, where=part >= 0)   # no row (-1) stays
         return out, flag
 
     def _segments(self, ids, valid, per_element: bool) -> Segments:
