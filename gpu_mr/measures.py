@@ -682,6 +682,11 @@ def _gatherable(t: pa.DataType) -> bool:
             or pa.types.is_decimal128(t) or getattr(pa.types, "is_string_view", bool)(t))
 
 
+# (query, nfa.edge_variables) of the last query assembled: a stream's batches
+# and repeated runs of one compiled query skip compiling its NFA again.
+_last_edges: tuple = (None, None)
+
+
 class _Vectors:
     """Vectorised measure evaluation over one set of output rows.
 
@@ -870,11 +875,12 @@ class _Vectors:
         of ``ids``): then no walk over the labels is needed."""
         if k != 0:
             return False
-        edges = self._cache.get(("edges",))
-        if edges is None:
-            program = compile_nfa(self.q.pattern, self.q.primary_vars)
-            edges = self._cache[("edges",)] = edge_variables(program)
-        return edges[0 if kind == "FIRST" else 1] <= frozenset(ids)
+        global _last_edges
+        last = _last_edges              # one read: another thread may replace it
+        if last[0] is not self.q:
+            edges = edge_variables(compile_nfa(self.q.pattern, self.q.primary_vars))
+            last = _last_edges = (self.q, edges)
+        return last[1][0 if kind == "FIRST" else 1] <= frozenset(ids)
 
     def _per_match_landing(self, ids, kind: str, k: int) -> np.ndarray:
         """Per match, the element FIRST/LAST(.., k) lands on over the whole
