@@ -8,6 +8,9 @@ recovery and numbering (``scan_to_matches``), the measures and output table
 (``measures.assemble``) -- and ``match_recognize`` end to end, next to one
 numpy pass ``p[1:] < p[:-1]`` over the price column, all interleaved in one
 loop so that a busy machine slows them alike. Best of ``--repeat``.
+The DEFINE stage is also timed the way it runs where the one compiled pass
+(predicates/fused.py) declines: masks.py's numpy passes, packed and scanned
+for the classes present (checked to give the same bits).
 Why: the numpy ratio of ``run.py`` says how far the whole pipeline is from
 one pass; this says which stage holds the difference (docs/benchmarks.md).
 Cost: about ``repeat x 2`` end-to-end runs.
@@ -29,14 +32,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:
     sys.path.insert(0, HERE)
 
+import numpy as np  # noqa: E402
+
 import run  # noqa: E402  (benchmarks/run.py: the queries)
 import ticks  # noqa: E402
 
 import gpu_mr  # noqa: E402
 from gpu_mr import frames  # noqa: E402
 from gpu_mr.analysis import analyze  # noqa: E402
-from gpu_mr.engines.cpu import CpuEngine, scan_to_matches  # noqa: E402
+from gpu_mr.engines.cpu import CpuEngine, class_bits, scan_to_matches  # noqa: E402
+from gpu_mr.kernels.scan import present_classes  # noqa: E402
 from gpu_mr.measures import assemble  # noqa: E402
+from gpu_mr.predicates import masks as M  # noqa: E402
 from gpu_mr.syntax import parse_clause  # noqa: E402
 
 
@@ -59,11 +66,23 @@ def main(argv=None) -> int:
         return 1
     matches = scan_to_matches(query, data, *prepared)[0]
     gpu_mr.match_recognize(table, text, engine="cpu")         # compile everything first
+    mask_set, n_vars = M.compile_masks(query), len(query.primary_vars)
+
+    def numpy_masks():
+        bits = class_bits(query, mask_set.evaluate_detailed(data), table.num_rows)
+        return bits, present_classes(bits, 1 << n_vars) if n_vars <= 8 else None
+
+    fallback = numpy_masks()
+    if n_vars <= 8 and not (np.array_equal(fallback[0], prepared[0])
+                            and list(fallback[1]) == np.unique(prepared[0]).tolist()):
+        print("the numpy masks and the compiled pass disagree")
+        return 1
     stages = {
         "numpy pass p[1:] < p[:-1]": lambda: price[1:] < price[:-1],
         "sortedness check, partitions": lambda: frames.sort_for_matching(
             table, query.partition_columns, query.order_keys),
         "masks, classes, DFA tables": lambda: engine.prepare(query, data),
+        "(masks by numpy passes, where the compiled pass declines)": numpy_masks,
         "scan, recovery, numbering": lambda: scan_to_matches(query, data, *prepared),
         "measures, output table": lambda: assemble(query, data, matches),
         "end to end": lambda: gpu_mr.match_recognize(table, text, engine="cpu"),

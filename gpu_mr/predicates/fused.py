@@ -43,7 +43,7 @@ array.
 Cost: one pass over the rows, reading each column once, no temporary per
 operator: on the benchmark's ``v_shape`` (10**7 rows of ticks.py, 3 chunks)
 about 1.4 numpy passes (6 ms against masks.py's 30 ms:
-benchmarks/fused_masks.py). numba compilation, a few seconds once per query
+benchmarks/stages.py). numba compilation, a few seconds once per query
 shape and NULL layout, is kept in numba's disk cache.
 """
 
