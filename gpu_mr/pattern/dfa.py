@@ -190,17 +190,25 @@ class Dfa:
 
     def explore(self, classes) -> int:
         """Build every state reachable on ``classes``; return the state count."""
-        todo = [self.start(True), self.start(False)]
-        done = set()
-        while todo:
-            sid = todo.pop()
-            if sid in done or sid == DEAD:
-                continue
-            done.add(sid)
-            self.accepts_at_end(sid)
-            for c in classes:
-                todo.append(self.step(sid, c)[0])
-        return len(self.states)
+        return explore(self, classes, self.accepts_at_end)
+
+
+def explore(automaton, classes, at_end) -> int:
+    """Build every state of ``automaton`` (a :class:`Dfa` or
+    :class:`UnanchoredDfa`) reachable from its two start states on
+    ``classes``, and ``at_end(state)`` of each (what the partition's end
+    does there); return the state count."""
+    todo = [automaton.start(True), automaton.start(False)]
+    done = set()
+    while todo:
+        sid = todo.pop()
+        if sid in done or sid == DEAD:
+            continue
+        done.add(sid)
+        at_end(sid)
+        for c in classes:
+            todo.append(automaton.step(sid, c)[0])
+    return len(automaton.states)
 
 
 @dataclass(frozen=True)
@@ -384,17 +392,7 @@ class UnanchoredDfa:
         """Build every state reachable on ``classes``; return the state count."""
         if self.too_large:
             raise DfaTooLarge(self.too_large)
-        todo = [self.start(True), self.start(False)]
-        done = set()
-        while todo:
-            sid = todo.pop()
-            if sid in done or sid == DEAD:
-                continue
-            done.add(sid)
-            self.end_thread(sid)
-            for c in classes:
-                todo.append(self.step(sid, c)[0])
-        return len(self.states)
+        return explore(self, classes, self.end_thread)
 
     def dense_tables(self, classes) -> "UnanchoredTables":
         """The automaton over ``classes`` (bitmasks present, in the order of
