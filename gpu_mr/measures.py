@@ -885,16 +885,36 @@ class _Vectors:
     def _per_match_landing(self, ids, kind: str, k: int) -> np.ndarray:
         """Per match, the element FIRST/LAST(.., k) lands on over the whole
         match, -1 for none."""
-        key = ("land", ids, kind, k)
+        return self._landings(ids, kind, k, as_rows=False)
+
+    def _final_rows(self, ids, kind: str, k: int) -> np.ndarray:
+        """Per output row of ONE ROW (one per match), the row FIRST/LAST(..,
+        k) lands on over the whole match, -1 for none."""
+        return self._landings(ids, kind, k, as_rows=True)
+
+    def _landings(self, ids, kind: str, k: int, as_rows: bool) -> np.ndarray:
+        """Per match, where FIRST/LAST(.., k) over the whole match lands: its
+        element, or its row (``as_rows``); -1 for none. At the match's edge
+        by index arithmetic, else by the kernel that walks the labels
+        (without the elements in between)."""
+        key = ("landing", ids, kind, k, as_rows)
         got = self._cache.get(key)
         if got is None:
             ma = self.ma
             first, last = ma.label_offsets[:-1], ma.label_offsets[1:] - 1
             if ids is None or self._at_edge(ids, kind, k):
-                got = np.where(last + 1 - first > k,
-                               first + k if kind == "FIRST" else last - k, -1)
+                if as_rows:
+                    edge = ma.start if kind == "FIRST" else ma.end
+                else:
+                    edge = first if kind == "FIRST" else last
+                if k == 0 and self._none_empty():
+                    got = edge                  # no copy: every match has a first row
+                else:
+                    got = np.where(self._lengths() > k, edge + k if kind == "FIRST"
+                                   else edge - k, -1)
             else:
-                got = find_members(self._member(ids), ma.labels, first, last, k, kind == "LAST")
+                got = find_members(self._member(ids), ma.labels, first, last, k,
+                                   kind == "LAST", row_of_lo=ma.start if as_rows else None)
             self._cache[key] = got
         return got
 
@@ -911,28 +931,6 @@ class _Vectors:
         if got is None:
             lengths = self._lengths()
             got = self._cache[("none empty",)] = not lengths.size or bool(lengths.min() > 0)
-        return got
-
-    def _final_rows(self, ids, kind: str, k: int) -> np.ndarray:
-        """Per output row of ONE ROW (one per match), the row FIRST/LAST(..,
-        k) lands on over the whole match, -1 for none: found by the kernel
-        that walks the labels, without the elements in between."""
-        key = ("final rows", ids, kind, k)
-        got = self._cache.get(key)
-        if got is None:
-            ma = self.ma
-            first, last = ma.label_offsets[:-1], ma.label_offsets[1:] - 1
-            if ids is None or self._at_edge(ids, kind, k):
-                edge = ma.start if kind == "FIRST" else ma.end
-                if k == 0 and self._none_empty():
-                    got = edge                  # no copy: every match has a first row
-                else:
-                    got = np.where(self._lengths() > k, edge + k if kind == "FIRST"
-                                   else edge - k, -1)
-            else:
-                got = find_members(self._member(ids), ma.labels, first, last, k,
-                                   kind == "LAST", row_of_lo=ma.start)
-            self._cache[key] = got
         return got
 
     def _cumulative(self, ids) -> tuple:
