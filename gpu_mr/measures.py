@@ -801,7 +801,7 @@ class _Vectors:
                 try:
                     out[name] = arr if arr.type == p.target else arr.cast(p.target)
                 except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-                    out[name] = None
+                    out[name] = None        # a cast Arrow refuses: the interpreter's value
         return out
 
     def _spans(self):
