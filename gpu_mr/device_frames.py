@@ -1,0 +1,226 @@
+"""Matching order on the device: the GPU engine's sort and partition offsets.
+
+What: the device twin of frames.sort_for_matching, for the GPU engine's
+on-device pipeline. The key columns move to the device once; each key
+becomes one to three arrays that compare plainly ascending and decide the
+key exactly as the host sort does: a NULL helper (NULLs first or last, as
+asked), a NaN helper (NaN above every number: last in ASC, first in DESC),
+then the values with NULL and NaN rows set to 0, ``-0.0`` made ``0.0`` and
+DESC keys turned over (``~x`` for integers, which cannot overflow; ``-x``
+for floats). Strings and dictionaries go as the ranks of their distinct
+values (ranked on the host by Arrow, in byte order, as the host sort
+compares them). One lexicographic comparison of adjacent rows on the device
+says whether the input is already in order; if not, stable argsorts from the
+least significant array to the most (LSD order, so ties keep input order:
+the documented ORDER BY tiebreak) give the permutation. Partitions start
+where a partition key's arrays change between adjacent rows (NULL equals
+NULL, NaN equals NaN, ``-0.0`` equals ``0.0``, as in GROUP BY).
+
+Why: pre-sorted input (the usual case for tick data) must cost one pass, not
+a sort; and a sort on the host would send every column across twice. Keys
+decided by plain ascending arrays keep the device code to the array API
+cupy shares with numpy (backend.py), so the simulator runs this same code.
+
+Cost: moving the key columns (strings: one dictionary encode on the host
+and int32 ranks moved); the check, O(rows) per key array; when unsorted,
+one stable argsort (a radix or merge sort on the device) and one gather per
+key array; the offsets, O(partitions) back to the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+@dataclass(frozen=True)
+class DeviceOrder:
+    """Where rows go: ``rows`` (device int64: sorted position -> input row;
+    None when the input was already in order) and ``offsets`` (host int64,
+    partition ``p`` holds sorted rows ``offsets[p]:offsets[p + 1]``)."""
+    rows: object
+    offsets: np.ndarray
+
+    @property
+    def was_sorted(self) -> bool:
+        return self.rows is None
+
+    def gather(self, array):
+        """``array`` (a device array indexed by input row) in sorted order."""
+        return array if self.rows is None else array[self.rows]
+
+
+def key_reason(table: pa.Table, names: Sequence[str]) -> Optional[str]:
+    """None when every key column named can be ordered on the device, else
+    why not (for explain() and the engine's note)."""
+    for name in names:
+        t = table.schema.field(name).type
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        if not (_fixed_width(t) or _ranked(t)):
+            return f"key column {name} has type {t}, which the device sort does not order"
+    return None
+
+
+def order_on_device(backend, table: pa.Table, partition_columns: Sequence[str],
+                    order_keys: Sequence[tuple]) -> DeviceOrder:
+    """The matching order of ``table`` (``key_reason`` must be None): rows
+    sorted by the partition columns (ascending, NULLs last) then by the order
+    keys ``(column, ascending, nulls_first)``, stable.
+
+    >>> from gpu_mr import backend as B    # the tests run it under the CUDA simulator
+    >>> be = B.detect()
+    >>> t = pa.table({"k": ["b", "a", "b"], "ts": [2, 1, 1]})
+    >>> got = order_on_device(be, t, ["k"], [("ts", True, False)])
+    >>> be.to_host(got.rows).tolist(), got.offsets.tolist()
+    ([1, 2, 0], [0, 1, 3])
+    """
+    xp = backend.xp
+    n = table.num_rows
+    keys = [(name, True, False) for name in partition_columns] + list(order_keys)
+    arrays, n_partition_arrays = [], 0
+    for i, (name, ascending, nulls_first) in enumerate(keys):
+        arrays += _key_arrays(backend, table.column(name), bool(ascending), bool(nulls_first))
+        if i < len(partition_columns):
+            n_partition_arrays = len(arrays)
+    if n < 2 or not arrays:
+        return DeviceOrder(None, np.array([0, n] if n else [0], dtype=np.int64))
+    if _in_order(xp, arrays):
+        return DeviceOrder(None, _offsets(backend, arrays[:n_partition_arrays], n))
+    rows = xp.arange(n, dtype=np.int64)
+    for a in reversed(arrays):          # least significant first: stable passes keep ties
+        rows = rows[_stable_argsort(xp, a[rows])]
+    partition_arrays = [a[rows] for a in arrays[:n_partition_arrays]]
+    return DeviceOrder(rows, _offsets(backend, partition_arrays, n))
+
+
+# ------------------------------------------------------------ key arrays
+
+def _fixed_width(t: pa.DataType) -> bool:
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t)
+            or pa.types.is_duration(t))
+
+
+def _ranked(t: pa.DataType) -> bool:
+    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t))
+
+
+def _storage(t: pa.DataType) -> Optional[pa.DataType]:
+    """The integer type a temporal column is stored as (None: not temporal)."""
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        return pa.int32()
+    if (pa.types.is_date64(t) or pa.types.is_timestamp(t) or pa.types.is_time64(t)
+            or pa.types.is_duration(t)):
+        return pa.int64()
+    return None
+
+
+def _host_key(col: pa.ChunkedArray) -> tuple:
+    """``(values, valid or None)`` as host numpy arrays: numbers in their own
+    width (float16 widened, booleans as uint8, temporals as their integer
+    storage), strings as int32 ranks of their distinct values."""
+    t = col.type
+    if pa.types.is_dictionary(t) or _ranked(t):
+        col = _ranks(col)
+        t = col.type
+    valid = None
+    if col.null_count:
+        valid = pc.is_valid(col).to_numpy(zero_copy_only=False)
+        col = pc.fill_null(col, False if pa.types.is_boolean(t) else 0)
+    storage = _storage(t)
+    if storage is not None:
+        col = col.cast(storage)
+    if pa.types.is_float16(t):
+        col = col.cast(pa.float32())
+    values = col.to_numpy() if col.num_chunks else np.zeros(0, dtype=np.int64)
+    if values.dtype == np.bool_:
+        values = values.view(np.uint8)
+    return np.ascontiguousarray(values), valid
+
+
+def _ranks(col: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A string (or dictionary) column as int32 ranks of its distinct values
+    in Arrow's order (byte order), NULLs kept."""
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    encoded = pc.dictionary_encode(col)
+    if encoded.num_chunks > 1:
+        encoded = encoded.unify_dictionaries()
+    if not encoded.num_chunks:
+        return pa.chunked_array([], pa.int32())
+    dictionary = encoded.chunk(0).dictionary
+    rank_of_code = np.empty(len(dictionary), dtype=np.int32)
+    rank_of_code[pc.sort_indices(dictionary).to_numpy()] = np.arange(len(dictionary),
+                                                                     dtype=np.int32)
+    chunks = []
+    for chunk in encoded.chunks:
+        codes = pc.fill_null(chunk.indices, 0).to_numpy(zero_copy_only=False)
+        ranks = rank_of_code[codes] if len(dictionary) else np.zeros(len(codes), np.int32)
+        chunks.append(pa.array(ranks, mask=chunk.indices.is_null().to_numpy(
+            zero_copy_only=False) if chunk.null_count else None))
+    return pa.chunked_array(chunks, pa.int32())
+
+
+def _key_arrays(backend, col: pa.ChunkedArray, ascending: bool, nulls_first: bool) -> list:
+    """The device arrays deciding one key, most significant first."""
+    xp = backend.xp
+    host_values, host_valid = _host_key(col)
+    values = backend.to_device(host_values)
+    out = []
+    if host_valid is not None:
+        valid = backend.to_device(host_valid)
+        # the NULL rows' side: before the others (valid sorts them first) or after
+        out.append(valid.astype(np.uint8) if nulls_first else (~valid).astype(np.uint8))
+    if values.dtype.kind == "f":
+        nan = xp.isnan(values)
+        if bool(nan.any()):
+            out.append(nan.astype(np.uint8) if ascending else (~nan).astype(np.uint8))
+            values = xp.where(nan, 0, values)
+        values = values + 0.0           # -0.0 + 0.0 is 0.0: the two zeros tie
+        out.append(values if ascending else -values)
+    else:
+        out.append(values if ascending else ~values)
+    return out
+
+
+# ------------------------------------------------------------ order and partitions
+
+def _in_order(xp, arrays: list) -> bool:
+    """Whether adjacent rows are in lexicographic order under ``arrays``."""
+    undecided = None                    # pairs tied on every array so far
+    for a in arrays:
+        before, after = a[:-1], a[1:]
+        wrong = before > after
+        if undecided is not None:
+            wrong &= undecided
+        if bool(wrong.any()):
+            return False
+        tied = before == after
+        undecided = tied if undecided is None else undecided & tied
+        if not bool(undecided.any()):
+            return True
+    return True
+
+
+def _offsets(backend, partition_arrays: list, n: int) -> np.ndarray:
+    """Partition offsets of sorted rows: where any partition array changes."""
+    if not partition_arrays:
+        return np.array([0, n], dtype=np.int64)
+    xp = backend.xp
+    changed = None
+    for a in partition_arrays:
+        differs = a[:-1] != a[1:]
+        changed = differs if changed is None else changed | differs
+    starts = backend.to_host(xp.flatnonzero(changed)).astype(np.int64) + 1
+    return np.concatenate([np.zeros(1, np.int64), starts, np.array([n], np.int64)])
+
+
+def _stable_argsort(xp, a):
+    # cupy's argsort is always stable and takes no ``kind``; numpy's default is not
+    return np.argsort(a, kind="stable") if xp is np else xp.argsort(a)
