@@ -54,11 +54,11 @@ class DeviceOrder:
         return array if self.rows is None else array[self.rows]
 
 
-def key_reason(table: pa.Table, names: Sequence[str]) -> Optional[str]:
+def key_reason(schema: pa.Schema, names: Sequence[str]) -> Optional[str]:
     """None when every key column named can be ordered on the device, else
     why not (for explain() and the engine's note)."""
     for name in names:
-        t = table.schema.field(name).type
+        t = schema.field(name).type
         if pa.types.is_dictionary(t):
             t = t.value_type
         if not (_fixed_width(t) or _ranked(t)):
@@ -79,13 +79,35 @@ def order_on_device(backend, table: pa.Table, partition_columns: Sequence[str],
     >>> be.to_host(got.rows).tolist(), got.offsets.tolist()
     ([1, 2, 0], [0, 1, 3])
     """
-    xp = backend.xp
-    n = table.num_rows
     keys = [(name, True, False) for name in partition_columns] + list(order_keys)
+    loaded = load_keys(backend, table, [k[0] for k in keys])
+    return order_rows(backend, [loaded[name] + (bool(asc), bool(nf)) for name, asc, nf in keys],
+                      len(partition_columns), table.num_rows)
+
+
+def load_keys(backend, table: pa.Table, names: Sequence[str]) -> dict:
+    """``{name: (values, valid or None)}`` on the device for key columns:
+    numbers in their own width (float16 widened, booleans as uint8,
+    temporals as their integer storage), strings and dictionaries as int32
+    ranks of their distinct values."""
+    out = {}
+    for name in dict.fromkeys(names):
+        values, valid = _host_key(table.column(name))
+        out[name] = (backend.to_device(values),
+                     None if valid is None else backend.to_device(valid))
+    return out
+
+
+def order_rows(backend, keys: list, n_partition_keys: int, n: int) -> DeviceOrder:
+    """The order of ``n`` rows under ``keys``, ``(values, valid or None,
+    ascending, nulls_first)`` device arrays as ``load_keys`` gives (data
+    already on the device enters here), the first ``n_partition_keys`` of
+    them the partition keys."""
+    xp = backend.xp
     arrays, n_partition_arrays = [], 0
-    for i, (name, ascending, nulls_first) in enumerate(keys):
-        arrays += _key_arrays(backend, table.column(name), bool(ascending), bool(nulls_first))
-        if i < len(partition_columns):
+    for i, (values, valid, ascending, nulls_first) in enumerate(keys):
+        arrays += _key_arrays(xp, values, valid, ascending, nulls_first)
+        if i < n_partition_keys:
             n_partition_arrays = len(arrays)
     if n < 2 or not arrays:
         return DeviceOrder(None, np.array([0, n] if n else [0], dtype=np.int64))
@@ -167,14 +189,11 @@ def _ranks(col: pa.ChunkedArray) -> pa.ChunkedArray:
     return pa.chunked_array(chunks, pa.int32())
 
 
-def _key_arrays(backend, col: pa.ChunkedArray, ascending: bool, nulls_first: bool) -> list:
-    """The device arrays deciding one key, most significant first."""
-    xp = backend.xp
-    host_values, host_valid = _host_key(col)
-    values = backend.to_device(host_values)
+def _key_arrays(xp, values, valid, ascending: bool, nulls_first: bool) -> list:
+    """The device arrays deciding one key, most significant first (NULL
+    rows' values must be 0, as ``load_keys`` leaves them)."""
     out = []
-    if host_valid is not None:
-        valid = backend.to_device(host_valid)
+    if valid is not None:
         # the NULL rows' side: before the others (valid sorts them first) or after
         out.append(valid.astype(np.uint8) if nulls_first else (~valid).astype(np.uint8))
     if values.dtype.kind == "f":
