@@ -71,6 +71,7 @@ import gpu_mr  # noqa: E402
 from gpu_mr import backend as B  # noqa: E402
 from gpu_mr.analysis import analyze  # noqa: E402
 from gpu_mr.engines import gpu as G  # noqa: E402
+from gpu_mr.device_frames import order_rows  # noqa: E402
 from gpu_mr.engines.cpu import CpuEngine  # noqa: E402
 from gpu_mr.frames import SortedInput  # noqa: E402
 from gpu_mr.kernels.gpu_scan import DEVICE_CHUNK_ROWS  # noqa: E402
@@ -152,6 +153,18 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
                         "bandwidth_fraction": bytes_moved / seconds / bandwidth}
         return result
 
+    keys = [(columns["symbol"], None, True, False), (columns["ts"], None, True, False)]
+    order = stage("order_check", lambda: order_rows(backend, keys, 1, rows), rows * 8 * 2 * 2)
+    assert order.was_sorted and np.array_equal(order.offsets, backend.to_host(offsets)), \
+        "the device order check disagrees with the generated partitions"
+    shuffle = xp.random.permutation(rows) if args.sort_rows >= rows else None
+    if shuffle is not None:
+        shuffled = [(k[shuffle], None, True, False) for k, *_ in keys]
+        # two stable argsorts and gathers of 8-byte keys, read and written
+        resorted = stage("sort", lambda: order_rows(backend, shuffled, 1, rows),
+                         rows * 8 * 2 * 6)
+        assert bool((shuffle[resorted.rows] == xp.arange(rows)).all()), \
+            "the device sort did not restore the generated order"
     bits, failed = stage("masks", lambda: device_set.evaluate(xp, needed, offsets, rows),
                          rows * (8 * len(device_set.columns) + 1))
     assert not failed, "a device mask failed on generated data"
@@ -166,7 +179,8 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
         matched_rows * (1 + 4 + 2 + 1) * 2 + n_matches * 8 * 3)
     matches = stage("to_host", lambda: found.to_host(backend),
                     n_matches * 8 * 5 + matched_rows * 3)
-    device_seconds = sum(stages[s]["seconds"] for s in ("masks", "classes", "scan", "recovery"))
+    device_seconds = sum(stages[s]["seconds"] for s in ("order_check", "masks", "classes", "scan",
+                                                       "recovery"))
     record = {"rows": rows, "partitions": partitions, "matches": int(n_matches),
               "dfa_states": n_states, "classes": n_classes,
               "chunk_rows": args.chunk_rows or DEVICE_CHUNK_ROWS,
@@ -203,7 +217,8 @@ def summary_line(r: dict) -> str:
     s = r["stages"]
     parts = [f"{r['rows']:>12,} rows {r['partitions']:>7,} parts {r['matches']:>11,} matches",
              f"device {r['device_rows_per_s']:.3g} rows/s"]
-    for name in ("masks", "classes", "scan", "recovery", "to_host", "measures_host"):
+    for name in ("order_check", "sort", "masks", "classes", "scan", "recovery", "to_host",
+                 "measures_host"):
         if name in s:
             frac = s[name]["bandwidth_fraction"]
             parts.append(f"{name} {s[name]['seconds'] * 1e3:.2f} ms"
@@ -229,6 +244,8 @@ def main(argv=None) -> int:
                    help="time the CPU engine and the host measures up to this many rows")
     p.add_argument("--check-rows", type=float, default=1e8,
                    help="compare every match with the CPU engine's up to this many rows")
+    p.add_argument("--sort-rows", type=float, default=1e9,
+                   help="time the device sort of shuffled keys up to this many rows")
     p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     args = p.parse_args(argv)
     if args.quick:
