@@ -1,0 +1,413 @@
+"""MEASURES of ONE ROW PER MATCH computed on the device, next to the matches.
+
+What: for a ONE ROW PER MATCH query whose every measure is in the device
+subset, the GPU engine's matches (``engines.gpu.DeviceMatches``, path
+recovered) and the input columns the measures read (moved to the device
+once, :func:`load_columns`) give each measure's value per match on the
+device; only those per-match values (and a few flags) come to the host,
+where they become Arrow arrays. The subset:
+
+- ``MATCH_NUMBER()``; ``CLASSIFIER()`` / ``CLASSIFIER(X)`` (the label ids
+  come back, the strings are built on the host from the variable names);
+- a column reference (``col``: the match's last row; ``X.col``: the last
+  row mapped to X), and ``FIRST``/``LAST`` of a column or CLASSIFIER with a
+  constant offset, RUNNING or FINAL (in ONE ROW both are the match's end);
+- ``COUNT(*)``, ``COUNT(X.*)``, ``COUNT(X.col)``, ``SUM``/``AVG``/``MIN``/
+  ``MAX(X.col)`` and their forms over every row of the match;
+
+over integer, floating point (32 and 64 bit), boolean, date, timestamp and
+duration columns (COUNT of a column reads only its validity, so any type).
+Anything else (arithmetic over these, PREV/NEXT, CASE, strings, DISTINCT,
+...) is declined by :func:`device_measures_reason`, and data that would
+make the device's value differ from the host's (a BIGINT SUM leaving its
+range, NaN under SUM/AVG/MIN/MAX, a cast Arrow refuses) by
+:func:`measures_on_device` returning a reason: the caller then runs the
+host's ``measures.assemble``.
+
+Semantics are the host's (``measures._Vectors``, itself checked against
+the interpreter), reproduced exactly: NULLs skipped by aggregates and
+counted by none; an empty match has NULL values and 0 counts; rows inside
+``{- -}`` still count (exclusion only hides rows of ALL ROWS output); SUM of
+BIGINT is BIGINT, of DOUBLE is DOUBLE, summed sequentially per match in the
+interpreter's order and arithmetic; AVG is DOUBLE (the sum divided by the
+count on the host, as ``_Vectors`` does); MIN/MAX keep the first of equal
+values; a value read from a column is cast to the column's SQL type as the
+host's gather is. The per-match kernels are kernels/segmented.py's bodies
+compiled for the device (kernels/gpu_measures.py).
+
+Why: the host measures need the whole per-row path (labels, one byte and
+more per matched row) and the columns on the host; here the O(matches)
+results are all that crosses, and the columns the DEFINEs already moved
+serve again.
+Cost on the device: per measure one thread per match over its elements
+(O(total match length)), or O(matches) index arithmetic for MATCH_NUMBER,
+COUNT(*) and FIRST/LAST over every row; transfers: one or two per-match
+arrays per measure (8 bytes a match) and one flag scalar per aggregate.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional, Union
+
+import numpy as np
+import pyarrow as pa
+
+from .analysis import CheckedQuery
+from .syntax import ast as A
+
+
+class DeviceColumn(NamedTuple):
+    """An input column on the device: ``values`` (a numpy-dtype device
+    array, one per row: integers and floats as they are, booleans as 0/1
+    bytes, dates, timestamps and durations as their integer storage; None
+    for other types, of which only the validity is moved), ``valid`` (device
+    bool per row, None when the column has no NULL) and its Arrow ``type``."""
+    values: object
+    valid: object
+    type: pa.DataType
+
+
+# ---------------------------------------------------------------- the subset
+
+def _values_type(t: pa.DataType) -> Optional[np.dtype]:
+    """The numpy dtype :func:`load_columns` stores a column of Arrow type
+    ``t`` in, None where only its validity is moved."""
+    if pa.types.is_integer(t) or t in (pa.float32(), pa.float64()):
+        return np.dtype(t.to_pandas_dtype())
+    if pa.types.is_boolean(t):
+        return np.dtype(np.uint8)
+    if t == pa.date32():
+        return np.dtype(np.int32)
+    if t == pa.date64() or pa.types.is_timestamp(t) or pa.types.is_duration(t):
+        return np.dtype(np.int64)
+    return None
+
+
+def _summable(t: pa.DataType) -> bool:
+    """Whether the device sums this column type as the host does (uint64
+    values past the BIGINT range are the interpreter's to handle)."""
+    return ((pa.types.is_integer(t) and t != pa.uint64())
+            or t in (pa.float32(), pa.float64()))
+
+
+# A form is what a measure computes, as plain tuples (hashable: landings
+# shared between measures are computed once):
+#   ("number",)
+#   ("label", landing)
+#   ("value", column, target type, landing)
+#   ("rows",)                         COUNT(*) over every row
+#   ("count", ids, column or None)    COUNT(X.*) / COUNT(X.col)
+#   ("SUM" | "AVG", ids, column)
+#   ("MIN" | "MAX", ids, column, target type)
+# where a landing is ("FIRST" | "LAST", ids, k) and ids the variable ids
+# a name covers (None: every row).
+
+def _ids(query: CheckedQuery, var: Optional[str]):
+    if var is None:
+        return None
+    names = query.subsets.get(var, (var,))
+    order = {name: i for i, name in enumerate(query.primary_vars)}
+    return tuple(sorted(order[name] for name in names))
+
+
+def _form(query: CheckedQuery, e: A.Expr) -> Union[tuple, str]:
+    """The device form of measure expression ``e``, or why there is none."""
+    schema = query.input_schema
+
+    def column_type(ref: A.ColumnRef) -> pa.DataType:
+        return schema.field(ref.resolved).type
+
+    def value(ref: A.ColumnRef, landing: tuple):
+        if _values_type(column_type(ref)) is None:
+            return f"{ref.to_sql()} is of a type the device does not read ({column_type(ref)})"
+        return ("value", ref.resolved, ref.type.arrow(), landing)
+
+    if isinstance(e, A.MatchNumber):
+        return ("number",)
+    if isinstance(e, A.Classifier):
+        return ("label", ("LAST", _ids(query, e.var), 0))
+    if isinstance(e, A.ColumnRef):
+        return value(e, ("LAST", _ids(query, e.var), 0))
+    if isinstance(e, A.Navigation):
+        if e.kind not in ("FIRST", "LAST"):
+            return f"{e.kind} is not computed on the device"
+        if not isinstance(e.offset, A.Literal) or not isinstance(e.offset.value, int):
+            return f"{e.to_sql()}: the offset is not a constant"
+        landing = (e.kind, _ids(query, e.arg.var), int(e.offset.value)) if isinstance(
+            e.arg, (A.ColumnRef, A.Classifier)) else None
+        if isinstance(e.arg, A.Classifier):
+            return ("label", landing)
+        if isinstance(e.arg, A.ColumnRef):
+            return value(e.arg, landing)
+        return f"{e.to_sql()}: only a column or CLASSIFIER() inside {e.kind} on the device"
+    if isinstance(e, A.Aggregate):
+        ids = _ids(query, e.var)
+        if e.distinct or e.over_order:
+            return f"{e.to_sql()}: DISTINCT and OVER are not computed on the device"
+        if e.star:
+            return ("rows",) if ids is None else ("count", ids, None)
+        if (e.name not in ("COUNT", "SUM", "AVG", "MIN", "MAX") or len(e.args) != 1
+                or not isinstance(e.args[0], A.ColumnRef)):
+            return f"{e.to_sql()} is not computed on the device"
+        ref = e.args[0]
+        t = column_type(ref)
+        if e.name == "COUNT":
+            return ("count", ids, ref.resolved)
+        if e.name in ("SUM", "AVG"):
+            if ref.type.kind not in ("BIGINT", "DOUBLE") or not _summable(t):
+                return f"{e.to_sql()}: the device sums integer and floating point columns only"
+            return (e.name, ids, ref.resolved)
+        if _values_type(t) is None:
+            return f"{e.to_sql()}: the device does not order {t} values"
+        return (e.name, ids, ref.resolved, ref.type.arrow())
+    return f"{e.to_sql()} is not computed on the device"
+
+
+def _forms(query: CheckedQuery) -> Union[list, str]:
+    """``[(measure, form)]``, or the reason for the first measure that has
+    no device form."""
+    if query.rows_per_match != "ONE":
+        return "ALL ROWS PER MATCH: measures on the host"
+    out = []
+    for m in query.measures:
+        form = _form(query, m.expr)
+        if isinstance(form, str):
+            return f"measure {m.name}: {form}"
+        out.append((m, form))
+    return out
+
+
+def device_measures_reason(query: CheckedQuery) -> Optional[str]:
+    """None when the query is ONE ROW PER MATCH and every measure is in the
+    device subset (see the module docstring); else a short reason naming
+    the first measure that is not (for explain()).
+
+    >>> import pyarrow as pa
+    >>> from gpu_mr.analysis import analyze
+    >>> from gpu_mr.syntax import parse_clause
+    >>> t = pa.table({"ts": [1, 2], "v": [1.5, 2.5]})
+    >>> def reason(m):
+    ...     return device_measures_reason(analyze(parse_clause(
+    ...         f"ORDER BY ts MEASURES {m} PATTERN (A B*) DEFINE B AS v > 2"), t.schema))
+    >>> print(reason("SUM(B.v) AS s, LAST(A.ts, 1) AS l, CLASSIFIER() AS c"))
+    None
+    >>> reason("PREV(v) AS p")
+    'measure p: PREV is not computed on the device'
+    """
+    forms = _forms(query)
+    return forms if isinstance(forms, str) else None
+
+
+def device_measure_columns(query: CheckedQuery) -> list:
+    """The input columns the measures read (sorted names)."""
+    return sorted({n.resolved for m in query.measures for n in m.expr.walk()
+                   if isinstance(n, A.ColumnRef)})
+
+
+# ---------------------------------------------------------------- columns
+
+def load_columns(backend, table: pa.Table, names) -> dict:
+    """``{name: DeviceColumn}`` for the columns ``names`` of ``table``,
+    moved to the device once (one copy each of the values and, where the
+    column has NULLs, of its validity). Rows are numbered as in ``table``:
+    the matches given to :func:`measures_on_device` must be numbered so too.
+
+    >>> import pyarrow as pa
+    >>> from gpu_mr import backend as B
+    >>> b = B.detect()
+    >>> cols = load_columns(b, pa.table({"x": [1, None, 3]}), ["x"])
+    >>> b.to_host(cols["x"].valid).tolist(), cols["x"].type
+    ([True, False, True], DataType(int64))
+    """
+    out = {}
+    for name in names:
+        col = table.column(name)
+        t = col.type
+        arr = (col.chunk(0) if col.num_chunks == 1 else
+               col.combine_chunks() if col.num_chunks else pa.array([], t))
+        valid = None
+        if arr.null_count:
+            valid = backend.to_device(
+                np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool))
+        dtype = _values_type(t)
+        values = None
+        if dtype is not None:
+            values = backend.to_device(_host_values(arr, dtype))
+        out[name] = DeviceColumn(values, valid, t)
+    return out
+
+
+def _host_values(arr: pa.Array, dtype: np.dtype) -> np.ndarray:
+    """A fixed-width array's values (whatever lies under its NULLs) as
+    ``dtype``, from its buffers."""
+    if pa.types.is_boolean(arr.type):
+        return np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.uint8)
+    if not len(arr):
+        return np.zeros(0, dtype)
+    return np.frombuffer(arr.buffers()[1], dtype=dtype,
+                         count=arr.offset + len(arr))[arr.offset:]
+
+
+# ---------------------------------------------------------------- measures
+
+def measures_on_device(backend, query: CheckedQuery, columns: dict,
+                       found) -> Union[dict, str]:
+    """``{measure name: pyarrow.Array}`` with one value per match of
+    ``found`` (a path-recovered ``DeviceMatches``), in its order, equal in
+    value and Arrow type to what ``measures.assemble`` puts in those
+    columns; or the reason the device form is not exact for this query or
+    this data (the caller then runs the host measures). ``columns``: from
+    :func:`load_columns` over the table the matches' rows index, holding
+    at least :func:`device_measure_columns`."""
+    forms = _forms(query)
+    if isinstance(forms, str):
+        return forms
+    missing = [c for c in device_measure_columns(query) if c not in columns]
+    if missing:
+        return f"column {missing[0]} is not on the device"
+    m = int(found.starts.shape[0])
+    if m == 0:
+        return {meas.name: pa.nulls(0, meas.type.arrow()) for meas, _ in forms}
+    # a plain (values, valid, type) tuple serves too (e.g. re-gathered in sorted order)
+    columns = {name: DeviceColumn(*col) for name, col in columns.items()}
+    run = _Run(backend, query, columns, found)
+    out = {}
+    for meas, form in forms:
+        arr = run.measure(form)
+        if isinstance(arr, str):
+            return f"measure {meas.name}: {arr}"
+        if arr.type != meas.type.arrow():
+            # the host's vectorised form declines it too: the interpreter's type rules
+            return f"measure {meas.name}: its type is the interpreter's to decide"
+        out[meas.name] = arr
+    return out
+
+
+class _Run:
+    """The device arrays of one call, shared between measures (landings,
+    match lengths, the all-variables member mask)."""
+
+    def __init__(self, backend, query: CheckedQuery, columns: dict, found):
+        self.b, self.xp, self.q, self.columns, self.f = backend, backend.xp, query, columns, found
+        self.m = int(found.starts.shape[0])
+        self._cache: dict = {}
+
+    def _cached(self, key, make):
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = make()
+        return got
+
+    @property
+    def lengths(self):
+        return self._cached(("lengths",), lambda: self.f.ends - self.f.starts)
+
+    def member(self, ids):
+        """Per variable id, whether it is one of ``ids`` (None: all), on the device."""
+        def make():
+            lut = np.zeros(max(len(self.q.primary_vars), 1), dtype=bool)
+            lut[slice(None) if ids is None else list(ids)] = True
+            return self.b.to_device(lut)
+        return self._cached(("member", ids), make)
+
+    def landing(self, landing: tuple):
+        """Per match, the row FIRST/LAST(.., k) over the whole match lands
+        on, -1 for none (device int64)."""
+        def make():
+            kind, ids, k = landing
+            f, xp = self.f, self.xp
+            if ids is None:                 # every row: index arithmetic
+                edge = f.starts + k if kind == "FIRST" else f.ends - 1 - k
+                return xp.where(self.lengths > k, edge, -1).astype(np.int64)
+            from .kernels.gpu_measures import land_per_match
+            return land_per_match(self.b, self.member(ids), f.labels, f.starts,
+                                  f.label_offsets, k, kind == "LAST")
+        return self._cached(("landing", landing), make)
+
+    def to_host(self, array) -> np.ndarray:
+        return np.asarray(self.b.to_host(array))
+
+    # ---- values at rows
+
+    def gather(self, column: str, rows, target: pa.DataType):
+        """The column's values at ``rows`` (device, -1: NULL) as an Arrow
+        array of ``target``, cast as the host's gather casts; a reason where
+        Arrow refuses the cast (the interpreter decides then)."""
+        col = self.columns[column]
+        xp = self.xp
+        has = rows >= 0
+        at = xp.where(has, rows, 0)
+        values = self.to_host(col.values[at])
+        ok = has if col.valid is None else has & col.valid[at]
+        arr = _arrow_array(values, self.to_host(ok).astype(bool), col.type)
+        if arr.type == target:
+            return arr
+        try:
+            return arr.cast(target)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            return f"a value does not cast to {target} ({exc})"
+
+    def labels_at(self, rows) -> pa.Array:
+        """CLASSIFIER at ``rows`` (device, -1: NULL): the label ids come
+        back, the strings are built here."""
+        f, xp = self.f, self.xp
+        names = pa.array(list(self.q.primary_vars), pa.string())
+        if f.labels.shape[0] == 0:          # every match is empty: nothing to read
+            return pa.nulls(self.m, pa.string())
+        has = rows >= 0
+        element = xp.where(has, rows - f.starts + f.label_offsets[:-1], 0)
+        ids = self.to_host(xp.where(has, f.labels[element].astype(np.int64), -1))
+        return names.take(pa.array(np.maximum(ids, 0), pa.int64(), mask=ids < 0))
+
+    # ---- one measure
+
+    def measure(self, form: tuple):
+        from .kernels import gpu_measures as K
+        f, kind = self.f, form[0]
+        if kind == "number":
+            return pa.array(self.to_host(f.numbers).astype(np.int64), pa.int64())
+        if kind == "label":
+            return self.labels_at(self.landing(form[1]))
+        if kind == "value":
+            _, column, target, landing = form
+            return self.gather(column, self.landing(landing), target)
+        if kind == "rows":
+            return pa.array(self.to_host(self.lengths).astype(np.int64), pa.int64())
+        ids, column = form[1], form[2]
+        col = None if column is None else self.columns[column]
+        valid = None if col is None else col.valid
+        member = self.member(ids)
+        args = (member, f.labels, f.starts, f.label_offsets)
+        if kind == "count":
+            counts = K.count_per_match(self.b, *args, valid=valid)
+            return pa.array(self.to_host(counts), pa.int64())
+        if kind in ("MIN", "MAX"):
+            rows, nan = K.extreme_per_match(self.b, col.values, *args, kind == "MAX",
+                                            valid=valid)
+            if nan:
+                return "NaN among the values (Python's MIN/MAX then depends on the order)"
+            return self.gather(column, rows, form[3])
+        sums, counts, inexact = K.sum_per_match(self.b, col.values, *args, valid=valid)
+        if inexact:
+            return "a BIGINT sum leaves its range or a value is NaN"
+        sums, counts = self.to_host(sums), self.to_host(counts)
+        some = counts > 0
+        mask = None if some.all() else ~some
+        if kind == "SUM":
+            floats = sums.dtype.kind == "f"
+            return pa.array(sums, pa.float64() if floats else pa.int64(), mask=mask)
+        # as measures._Vectors: the sum as a double over the count
+        return pa.array(sums.astype(np.float64) / np.where(some, counts, 1), pa.float64(),
+                        mask=mask)
+
+
+def _arrow_array(values: np.ndarray, ok: np.ndarray, t: pa.DataType) -> pa.Array:
+    """Per-match ``values`` (the column's storage, see :class:`DeviceColumn`)
+    as an Arrow array of the column's type ``t``, NULL where not ``ok``."""
+    n = values.shape[0]
+    nulls = n - int(np.count_nonzero(ok))
+    if pa.types.is_boolean(t):
+        return pa.array(values.astype(bool), pa.bool_(), mask=~ok if nulls else None)
+    bitmap = pa.py_buffer(np.packbits(ok, bitorder="little")) if nulls else None
+    return pa.Array.from_buffers(t, n, [bitmap, pa.py_buffer(np.ascontiguousarray(values))],
+                                 null_count=nulls)
