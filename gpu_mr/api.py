@@ -43,8 +43,31 @@ def match_recognize(table, clause: str, engine: str = "auto"):
     [{'start_ts': 1, 'low': 3.0, 'n': 4}]
     """
     _check_text(clause, "clause")
+    if frames._is_cudf(table):
+        result = _run_cudf_on_device(table, clause, engine)
+        if result is not None:
+            return result
     arrow, kind = frames.to_arrow(table)
     return frames.from_arrow(run_clause_on_arrow(arrow, clause, engine=engine), kind)
+
+
+def _run_cudf_on_device(df, clause: str, engine: str):
+    """The result as a cuDF DataFrame when the GPU engine runs the whole
+    query on the frame's device memory; None when the host path must run
+    (it converts the frame to Arrow, and gives the same result)."""
+    from . import backend
+    found = backend.detect()
+    if isinstance(found, str) or engine not in ("auto", "gpu"):
+        return None
+    from .device_input import from_cudf
+    source = from_cudf(found, df)
+    frames._check_unique_names(source.schema.names)
+    query = analyze(parse_clause(clause), source.schema)
+    chosen = engines.choose(query, engine)
+    if not hasattr(chosen, "run_input"):
+        return None
+    result = chosen.run_input(query, source)
+    return None if result is None else frames.from_arrow(result, "cudf")
 
 
 def sql(query: str, engine: str = "auto", **tables):
@@ -73,6 +96,11 @@ def run_clause_on_arrow(table: pa.Table, text: str, *, engine: str = "auto", sta
     clause = parse_clause(text, start, end)
     query = analyze(clause, table.schema)
     chosen = engines.choose(query, engine)
+    on_device = getattr(chosen, "run_table", None)     # the GPU engine: sort to measures
+    if on_device is not None:
+        result = on_device(query, table)
+        if result is not None:
+            return result
     data = frames.sort_for_matching(table, query.partition_columns, query.order_keys)
     matches = chosen.find_matches(query, data)
     return assemble(query, data, matches)

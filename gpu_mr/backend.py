@@ -30,9 +30,12 @@ class Backend:
     device: str              # the device's name, for explain() and benchmarks
 
     def to_device(self, array):
-        """One contiguous device copy of a host array (no copy under the simulator)."""
+        """One contiguous device copy of a host array (under the simulator no
+        copy, unless the array is read-only: the simulator writes every
+        kernel argument back after a launch)."""
         if self.simulated:
-            return np.ascontiguousarray(array)
+            out = np.ascontiguousarray(array)
+            return out if out.flags.writeable else out.copy()
         return self.xp.ascontiguousarray(self.xp.asarray(array))
 
     def to_host(self, array) -> np.ndarray:

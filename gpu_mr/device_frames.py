@@ -30,11 +30,12 @@ key array; the offsets, O(partitions) back to the host.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from .device_input import from_arrow
 
 
 @dataclass(frozen=True)
@@ -54,21 +55,10 @@ class DeviceOrder:
         return array if self.rows is None else array[self.rows]
 
 
-def key_reason(schema: pa.Schema, names: Sequence[str]) -> Optional[str]:
-    """None when every key column named can be ordered on the device, else
-    why not (for explain() and the engine's note)."""
-    for name in names:
-        t = schema.field(name).type
-        if pa.types.is_dictionary(t):
-            t = t.value_type
-        if not (_fixed_width(t) or _ranked(t)):
-            return f"key column {name} has type {t}, which the device sort does not order"
-    return None
-
-
-def order_on_device(backend, table: pa.Table, partition_columns: Sequence[str],
+def order_on_device(backend, source, partition_columns: Sequence[str],
                     order_keys: Sequence[tuple]) -> DeviceOrder:
-    """The matching order of ``table`` (``key_reason`` must be None): rows
+    """The matching order of ``source`` (a ``device_input.DeviceInput``, or a
+    pyarrow Table; its ``reason`` for the keys must be None): rows
     sorted by the partition columns (ascending, NULLs last) then by the order
     keys ``(column, ascending, nulls_first)``, stable.
 
@@ -79,30 +69,18 @@ def order_on_device(backend, table: pa.Table, partition_columns: Sequence[str],
     >>> be.to_host(got.rows).tolist(), got.offsets.tolist()
     ([1, 2, 0], [0, 1, 3])
     """
+    if isinstance(source, pa.Table):
+        source = from_arrow(backend, source)
     keys = [(name, True, False) for name in partition_columns] + list(order_keys)
-    loaded = load_keys(backend, table, [k[0] for k in keys])
-    return order_rows(backend, [loaded[name] + (bool(asc), bool(nf)) for name, asc, nf in keys],
-                      len(partition_columns), table.num_rows)
-
-
-def load_keys(backend, table: pa.Table, names: Sequence[str]) -> dict:
-    """``{name: (values, valid or None)}`` on the device for key columns:
-    numbers in their own width (float16 widened, booleans as uint8,
-    temporals as their integer storage), strings and dictionaries as int32
-    ranks of their distinct values."""
-    out = {}
-    for name in dict.fromkeys(names):
-        values, valid = _host_key(table.column(name))
-        out[name] = (backend.to_device(values),
-                     None if valid is None else backend.to_device(valid))
-    return out
+    return order_rows(backend, [source.key(name) + (bool(asc), bool(nf))
+                                for name, asc, nf in keys],
+                      len(partition_columns), source.num_rows)
 
 
 def order_rows(backend, keys: list, n_partition_keys: int, n: int) -> DeviceOrder:
     """The order of ``n`` rows under ``keys``, ``(values, valid or None,
-    ascending, nulls_first)`` device arrays as ``load_keys`` gives (data
-    already on the device enters here), the first ``n_partition_keys`` of
-    them the partition keys."""
+    ascending, nulls_first)``: device arrays as ``DeviceInput.key`` gives
+    them (NULL rows 0), the first ``n_partition_keys`` the partition keys."""
     xp = backend.xp
     arrays, n_partition_arrays = [], 0
     for i, (values, valid, ascending, nulls_first) in enumerate(keys):
@@ -122,76 +100,8 @@ def order_rows(backend, keys: list, n_partition_keys: int, n: int) -> DeviceOrde
 
 # ------------------------------------------------------------ key arrays
 
-def _fixed_width(t: pa.DataType) -> bool:
-    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-            or pa.types.is_date(t) or pa.types.is_timestamp(t) or pa.types.is_time(t)
-            or pa.types.is_duration(t))
-
-
-def _ranked(t: pa.DataType) -> bool:
-    return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
-            or pa.types.is_large_binary(t))
-
-
-def _storage(t: pa.DataType) -> Optional[pa.DataType]:
-    """The integer type a temporal column is stored as (None: not temporal)."""
-    if pa.types.is_date32(t) or pa.types.is_time32(t):
-        return pa.int32()
-    if (pa.types.is_date64(t) or pa.types.is_timestamp(t) or pa.types.is_time64(t)
-            or pa.types.is_duration(t)):
-        return pa.int64()
-    return None
-
-
-def _host_key(col: pa.ChunkedArray) -> tuple:
-    """``(values, valid or None)`` as host numpy arrays: numbers in their own
-    width (float16 widened, booleans as uint8, temporals as their integer
-    storage), strings as int32 ranks of their distinct values."""
-    t = col.type
-    if pa.types.is_dictionary(t) or _ranked(t):
-        col = _ranks(col)
-        t = col.type
-    valid = None
-    if col.null_count:
-        valid = pc.is_valid(col).to_numpy(zero_copy_only=False)
-        col = pc.fill_null(col, False if pa.types.is_boolean(t) else 0)
-    storage = _storage(t)
-    if storage is not None:
-        col = col.cast(storage)
-    if pa.types.is_float16(t):
-        col = col.cast(pa.float32())
-    values = col.to_numpy() if col.num_chunks else np.zeros(0, dtype=np.int64)
-    if values.dtype == np.bool_:
-        values = values.view(np.uint8)
-    return np.ascontiguousarray(values), valid
-
-
-def _ranks(col: pa.ChunkedArray) -> pa.ChunkedArray:
-    """A string (or dictionary) column as int32 ranks of its distinct values
-    in Arrow's order (byte order), NULLs kept."""
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
-    encoded = pc.dictionary_encode(col)
-    if encoded.num_chunks > 1:
-        encoded = encoded.unify_dictionaries()
-    if not encoded.num_chunks:
-        return pa.chunked_array([], pa.int32())
-    dictionary = encoded.chunk(0).dictionary
-    rank_of_code = np.empty(len(dictionary), dtype=np.int32)
-    rank_of_code[pc.sort_indices(dictionary).to_numpy()] = np.arange(len(dictionary),
-                                                                     dtype=np.int32)
-    chunks = []
-    for chunk in encoded.chunks:
-        codes = pc.fill_null(chunk.indices, 0).to_numpy(zero_copy_only=False)
-        ranks = rank_of_code[codes] if len(dictionary) else np.zeros(len(codes), np.int32)
-        chunks.append(pa.array(ranks, mask=chunk.indices.is_null().to_numpy(
-            zero_copy_only=False) if chunk.null_count else None))
-    return pa.chunked_array(chunks, pa.int32())
-
-
 def _key_arrays(xp, values, valid, ascending: bool, nulls_first: bool) -> list:
-    """The device arrays deciding one key, most significant first (NULL
-    rows' values must be 0, as ``load_keys`` leaves them)."""
+    """The device arrays deciding one key, most significant first."""
     out = []
     if valid is not None:
         # the NULL rows' side: before the others (valid sorts them first) or after

@@ -90,11 +90,18 @@ def _gpu_path(query: CheckedQuery) -> list:
     from .engines.cpu import choose_path
     if choose_path(query)[0] == "registers":
         return ["the CPU engine's register machine (the DEFINEs read the match so far)"]
-    return ["DEFINE masks on the device where the device mask compiler covers them, else "
-            "on the host; class ids bit-packed on the device",
-            "leftmost-first DFA scan as numba.cuda kernels: speculative chunks of every "
-            "partition with boundary repair, matches compacted by prefix sums; path "
-            "recovery one thread per match; measures on the host"]
+    lines = ["DEFINE masks on the device where the device mask compiler covers them, else "
+             "on the host; class ids bit-packed on the device",
+             "leftmost-first DFA scan as numba.cuda kernels: speculative chunks of every "
+             "partition with boundary repair, matches compacted by prefix sums; path "
+             "recovery one thread per match"]
+    reason = engines._AVAILABLE["gpu"].pipeline_reason(query, query.input_schema)
+    if reason is None:
+        return ["every stage on the device: only the columns the query reads move there "
+                "(none from a cuDF frame without NULLs), sorted there unless already in "
+                "order; ONE ROW measures one thread per match; per-match results come "
+                "back"] + lines
+    return lines + [f"sort and measures on the host: {reason}"]
 
 
 def _cpu_path(query: CheckedQuery) -> list:

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_mr import backend as B
-from gpu_mr.device_frames import key_reason, order_on_device
+from gpu_mr.device_frames import order_on_device
+from gpu_mr.device_input import from_arrow
 from gpu_mr.frames import sort_for_matching
 
 if isinstance(B.detect(), str):
@@ -74,8 +75,9 @@ def keyed_tables(draw):
 
 def check_equal_to_host(table, parts, order):
     want = sort_for_matching(table, parts, order)
-    assert key_reason(table.schema, parts + [o[0] for o in order]) is None
-    got = order_on_device(BACKEND, table, parts, order)
+    source = from_arrow(BACKEND, table)
+    assert source.reason([], parts + [o[0] for o in order]) is None
+    got = order_on_device(BACKEND, source, parts, order)
     rows = (np.arange(table.num_rows) if got.rows is None
             else BACKEND.to_host(got.rows))
     assert rows.tolist() == want.source_rows.tolist()
@@ -114,4 +116,6 @@ def test_extreme_integers_turn_over_exactly():
 
 def test_unordered_types_are_named():
     t = pa.table({"d": pa.array([1, 2], pa.decimal128(5, 2)), "ts": [1, 2]})
-    assert "d" in key_reason(t.schema, ["d", "ts"]) and key_reason(t.schema, ["ts"]) is None
+    source = from_arrow(BACKEND, t)
+    assert "d" in source.reason([], ["d", "ts"]) and source.reason([], ["ts"]) is None
+    assert "d" in source.reason(["ts", "d"]) and source.reason(["ts"]) is None

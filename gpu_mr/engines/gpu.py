@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+import pyarrow as pa
 
 from .. import backend as B
 from ..analysis import CheckedQuery
@@ -61,6 +62,7 @@ class GpuEngine:
         self.max_rows: Optional[int] = None       # rows per device run; None: from free memory
         self._cpu = cpu or CpuEngine()
         self._plan = None       # (query, MaskSet, device mask set or reason, Dfa)
+        self._declined = None   # (query, why run_input left it to the host-sorted path)
 
     @property
     def simulated(self) -> bool:
@@ -104,11 +106,114 @@ class GpuEngine:
             pieces.append((first, int(offsets[first]), as_match_arrays(found)))
         if len(groups) > 1:
             notes.append(f"{len(groups)} groups of partitions, each fitting device memory")
+        declined, self._declined = self._declined, None
+        if declined is not None and declined[0] is query:
+            notes.append(declined[1])           # why run_input left it to this path
         if notes:
             self.last_run = RunInfo(self.last_run.path, "; ".join(
                 [self.last_run.reason] * bool(self.last_run.reason) + notes),
                 self.last_run.dfa_states, self.last_run.classes)
         return pieces[0][2] if len(pieces) == 1 else concat_matches(pieces)
+
+    # -- the whole query on the device ---------------------------------------
+
+    def pipeline_reason(self, query: CheckedQuery, schema: pa.Schema,
+                        ranks_keys: bool = True) -> Optional[str]:
+        """None when ``run_input`` keeps ``query`` over input of ``schema`` on
+        the device from the sort to the measures, else the first stage that
+        needs the host (``ranks_keys``: the source orders string keys)."""
+        if isinstance(B.detect(), str):
+            return B.detect()
+        if self.path_of(query) != "device":
+            return "a DEFINE depends on the match so far"
+        if not set(query.column_types) <= set(schema.names):
+            return "the input's column types are not known yet (give a schema)"
+        from .. import device_measures as DMe
+        from ..device_input import columns_reason
+        device_set = self._plan_for(query, schema)[2]
+        if isinstance(device_set, str):
+            return f"masks on the host: {device_set}"
+        return DMe.device_measures_reason(query) or columns_reason(
+            schema, sorted(set(device_set.columns) | set(DMe.device_measure_columns(query))),
+            list(query.partition_columns) + [k[0] for k in query.order_keys], ranks_keys)
+
+    def run_table(self, query: CheckedQuery, table: pa.Table) -> Optional[pa.Table]:
+        """``run_input`` over a pyarrow Table (its columns move to the
+        device as the stages first read them)."""
+        backend = B.detect()
+        if isinstance(backend, str):
+            return None
+        from ..device_input import from_arrow
+        return self.run_input(query, from_arrow(backend, table))
+
+    def run_input(self, query: CheckedQuery, source) -> Optional[pa.Table]:
+        """The output of ``query`` over the unsorted rows of ``source`` (a
+        ``device_input.DeviceInput``), every stage on the device (sort,
+        masks, scan, recovery, measures): only the columns the query reads
+        go to the device and only per-match results come back. None when a
+        stage needs the host (``last_run`` says which; the caller then runs
+        the host-sorted path, which is exact)."""
+        reason = self.pipeline_reason(query, source.schema, source.ranks_keys)
+        backend = B.detect()
+        n = source.num_rows
+        if reason is None and not n:
+            reason = "no rows"
+        if reason is None and n > (self.max_rows or device_row_budget(backend, n)):
+            reason = f"{n:,} rows are more than one device run takes"
+        if reason is not None:
+            self._declined = (query, f"sort and measures on the host: {reason}")
+            return None
+        try:
+            return self._pipeline(backend, query, source)
+        except Exception as exc:
+            if not backend.is_out_of_memory(exc):
+                raise
+            backend.release_memory()
+            self._declined = (query, f"sort and measures on the host: the device ran out of "
+                              f"memory for {n:,} rows ({exc})")
+            return None
+
+    def _pipeline(self, backend, query: CheckedQuery, source) -> Optional[pa.Table]:
+        from .. import device_measures as DMe
+        from ..device_frames import order_on_device
+        xp, n = backend.xp, source.num_rows
+        _, _, device_set, dfa = self._plan_for(query, source.schema)
+        order = order_on_device(backend, source, query.partition_columns, query.order_keys)
+        offsets = order.offsets
+
+        def in_order(columns: dict) -> dict:
+            return {name: tuple(None if a is None else order.gather(a) for a in col)
+                    for name, col in columns.items()}
+        columns = in_order(device_set.load_input(source))
+        bits, failed = device_set.evaluate(xp, columns, backend.to_device(offsets), n)
+        if failed:
+            self._declined = (query, "sort and measures on the host: a device mask raises or "
+                              "is inexact at some row")
+            return None
+        prepared = classes_and_tables(backend, query, dfa, bits)
+        if isinstance(prepared, str):
+            return None                 # the host path says why the reference engine runs
+        classes, tables, n_states, n_classes = prepared
+        found, _ = scan(backend, query, classes, offsets, tables, self.chunk_rows)
+        recover(backend, classes, offsets, found, tables)
+        measure_columns = in_order({name: source.column(name)
+                                    for name in DMe.device_measure_columns(query)})
+        values = DMe.measures_on_device(backend, query, {
+            name: col + (source.schema.field(name).type,)
+            for name, col in measure_columns.items()}, found)
+        if isinstance(values, str):
+            self._declined = (query, f"sort and measures on the host: {values}")
+            return None
+        # partition columns: each match's value at its first row (floats keep
+        # that row's -0.0 or 0.0, as the host output does)
+        source_rows = backend.to_host(found.starts if order.was_sorted
+                                      else order.rows[found.starts]).astype(np.int64)
+        arrays = [values[f.name] if f.name in values else source.take(f.name, source_rows)
+                  for f in query.output_schema]
+        self.last_run = RunInfo("device", "every stage on the device"
+                                + ("" if order.was_sorted else " (input sorted there)"),
+                                n_states, n_classes)
+        return pa.Table.from_arrays(arrays, schema=query.output_schema)
 
     def _run_group(self, backend, query: CheckedQuery, data: SortedInput, notes: list):
         """The matches of one group of partitions on the device; when the

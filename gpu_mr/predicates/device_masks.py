@@ -973,6 +973,22 @@ class DeviceMaskSet:
             out[name] = (xp.asarray(values), valid)
         return out
 
+    def load_input(self, source) -> dict:
+        """``load`` from a ``device_input.DeviceInput`` (a host table or a
+        cuDF frame): each column as the source holds it on the device, in
+        the width the masks were compiled for."""
+        out = {}
+        for name in self.columns:
+            form = self.forms[name]
+            t = source.schema.field(name).type
+            if t != form.arrow:
+                raise UnsupportedError(f"column {name} has type {t}, not the "
+                                       f"{form.arrow} the device masks were compiled for",
+                                       engine=ENGINE, construct=name)
+            values, valid = source.column(name)
+            out[name] = (values.astype(form.dtype, copy=False), valid)
+        return out
+
     # ------------------------------------------------------------ code
     def program(self, nullable) -> _Program:
         """The generated program for data whose columns ``nullable`` carry

@@ -1,0 +1,81 @@
+"""A stand-in for the few cuDF calls gpu_mr makes, for machines without cuDF.
+
+It follows cuDF's documented API (``DataFrame.from_arrow``, ``to_arrow``,
+``head``, ``__getitem__``; ``Series.null_count``, ``astype``,
+``to_cupy(copy=, na_value=)``, ``notna``, ``take``, ``to_arrow``) over a
+pyarrow Table, with numpy arrays where cuDF hands out cupy ones (as the
+CUDA simulator has numpy stand in for cupy). It counts whole-frame
+``to_arrow`` calls so a test can check that the device pipeline never
+brought the frame to the host. On a RAPIDS machine the same tests run
+against real cuDF (tests/test_device_input.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+class DataFrame:
+    whole_frame_to_arrow = 0         # calls that moved every row to the host
+
+    def __init__(self, table: pa.Table):
+        self._table = table
+
+    @classmethod
+    def from_arrow(cls, table: pa.Table) -> "DataFrame":
+        return cls(table)
+
+    def to_arrow(self) -> pa.Table:
+        if self._table.num_rows:
+            DataFrame.whole_frame_to_arrow += 1
+        return self._table
+
+    def head(self, n: int = 5) -> "DataFrame":
+        return DataFrame(self._table.slice(0, n))
+
+    def __len__(self) -> int:
+        return self._table.num_rows
+
+    @property
+    def columns(self) -> list:
+        return self._table.column_names
+
+    def __getitem__(self, name: str) -> "Series":
+        return Series(self._table.column(name).combine_chunks())
+
+
+class Series:
+    def __init__(self, array: pa.Array):
+        self._array = array
+
+    @property
+    def null_count(self) -> int:
+        return self._array.null_count
+
+    def astype(self, dtype) -> "Series":
+        return Series(self._array.cast(pa.from_numpy_dtype(np.dtype(dtype))))
+
+    def to_cupy(self, dtype=None, copy: bool = False, na_value=None):
+        arr = self._array
+        if arr.null_count:
+            if na_value is None:
+                raise ValueError("cuDF cannot hand out a column with nulls without na_value")
+            arr = pc.fill_null(arr, na_value)
+        out = arr.to_numpy(zero_copy_only=False)
+        return out.astype(dtype) if dtype is not None else out
+
+    def notna(self) -> "Series":
+        return Series(pc.is_valid(self._array))
+
+    def take(self, indices) -> "Series":
+        return Series(self._array.take(pa.array(np.asarray(indices), pa.int64())))
+
+    def to_arrow(self) -> pa.Array:
+        return self._array
+
+
+# gpu_mr recognises a cuDF frame by its class's module (it never imports
+# cudf to check): the stand-in says it is one.
+DataFrame.__module__ = Series.__module__ = "cudf"

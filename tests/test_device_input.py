@@ -1,0 +1,172 @@
+"""Input columns on the device (gpu_mr/device_input.py) and the GPU
+engine's whole pipeline on them: from a host Arrow table, and from a cuDF
+frame without bringing it to the host.
+
+Without a GPU this runs under numba's CUDA simulator with a stand-in for
+cuDF (tests/fake_cudf.py, the documented calls over Arrow); with RAPIDS
+installed the cuDF tests use the real library.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import gpu_mr
+from gpu_mr import backend as B
+from gpu_mr.device_input import from_arrow, from_cudf
+from gpu_mr.errors import GpuMrError
+
+from test_cpu_engine import row_local_clauses, tables
+
+if isinstance(B.detect(), str):
+    pytest.skip(f"no GPU and no simulator: {B.detect()}", allow_module_level=True)
+
+BACKEND = B.detect()
+FULL = os.environ.get("GPU_MR_FULL_TESTS") == "1"
+REAL_CUDF = importlib.util.find_spec("cudf") is not None and not BACKEND.simulated
+
+
+@pytest.fixture
+def cudf(monkeypatch):
+    if REAL_CUDF:
+        import cudf
+        return cudf
+    import fake_cudf
+    monkeypatch.setitem(sys.modules, "cudf", fake_cudf)
+    fake_cudf.DataFrame.whole_frame_to_arrow = 0
+    return fake_cudf
+
+
+def mixed_table() -> pa.Table:
+    return pa.table({
+        "i": pa.array([3, None, -1, 7], pa.int64()),
+        "f": pa.array([1.5, math.nan, None, -0.0]),
+        "b": pa.array([True, None, False, True]),
+        "d": pa.array([0, 1, None, 3], pa.date32()),
+        "t": pa.array([5, None, 7, 8], pa.timestamp("ms")),
+        "s": pa.array(["b", None, "a", "b"]),
+    })
+
+
+def host(a):
+    return BACKEND.to_host(a)
+
+
+@pytest.mark.parametrize("name,expect,valid", [
+    ("i", [3, 0, -1, 7], [1, 0, 1, 1]),
+    ("b", [True, False, False, True], [1, 0, 1, 1]),
+    ("d", [0, 1, 0, 3], [1, 1, 0, 1]),
+    ("t", [5, 0, 7, 8], [1, 0, 1, 1]),
+])
+def test_arrow_columns_on_the_device(name, expect, valid):
+    values, got_valid = from_arrow(BACKEND, mixed_table()).column(name)
+    assert host(values).tolist() == expect
+    assert host(got_valid).astype(int).tolist() == valid
+
+
+def test_floats_keep_nan_and_null_is_zero():
+    values, valid = from_arrow(BACKEND, mixed_table()).column("f")
+    v = host(values)
+    assert v[0] == 1.5 and math.isnan(v[1]) and v[2] == 0 and math.copysign(1, v[3]) < 0
+    assert host(valid).tolist() == [True, True, False, True]
+
+
+def test_string_keys_are_ranks_in_byte_order():
+    values, valid = from_arrow(BACKEND, mixed_table()).key("s")
+    assert host(values).tolist() == [1, 0, 0, 1] and host(valid).tolist() == [1, 0, 1, 1]
+    assert "s" in from_arrow(BACKEND, mixed_table()).reason(["i", "s"])
+
+
+def test_a_column_moves_once():
+    source = from_arrow(BACKEND, mixed_table())
+    assert source.column("i")[0] is source.column("i")[0]
+
+
+def test_cudf_columns_match_arrow(cudf):
+    table = mixed_table().drop_columns(["s"])
+    arrow_source = from_arrow(BACKEND, table)
+    cudf_source = from_cudf(BACKEND, cudf.DataFrame.from_arrow(table))
+    assert cudf_source.schema == table.schema
+    for name in table.column_names:
+        (v1, m1), (v2, m2) = arrow_source.column(name), cudf_source.column(name)
+        assert np.array_equal(host(v1), host(v2), equal_nan=v1.dtype.kind == "f"), name
+        assert (m1 is None) == (m2 is None) and (m1 is None or np.array_equal(host(m1),
+                                                                           host(m2)))
+    assert cudf_source.take("i", np.array([3, 0])).to_pylist() == [7, 3]
+
+
+V_SHAPE = """PARTITION BY sym ORDER BY ts
+    MEASURES FIRST(A.ts) AS start_ts, LAST(B.price) AS bottom, COUNT(*) AS n,
+             MATCH_NUMBER() AS m
+    PATTERN (A B+ C+) DEFINE B AS price < PREV(price), C AS price > PREV(price)"""
+
+
+def ticks(n: int, parts: int, seed: int, shuffled: bool) -> pa.Table:
+    rng = np.random.default_rng(seed)
+    t = pa.table({"sym": rng.integers(0, parts, n), "ts": rng.integers(0, n // 2 + 1, n),
+                  "price": np.round(rng.normal(0, 1, n).cumsum(), 1)})
+    if not shuffled:
+        t = t.sort_by([("sym", "ascending"), ("ts", "ascending")])
+    return t
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_cudf_input_runs_on_the_device_and_returns_cudf(cudf, shuffled):
+    table = ticks(300, 4, 5, shuffled)
+    got = gpu_mr.match_recognize(cudf.DataFrame.from_arrow(table), V_SHAPE, engine="gpu")
+    assert type(got).__name__ == "DataFrame" and type(got).__module__.startswith("cudf")
+    if not REAL_CUDF:
+        assert cudf.DataFrame.whole_frame_to_arrow == 0     # never brought to the host
+    want = gpu_mr.match_recognize(table, V_SHAPE, engine="reference")
+    assert got.to_arrow().equals(want) and want.num_rows > 10
+    run = gpu_mr.engines._AVAILABLE["gpu"].last_run
+    assert run.reason.startswith("every stage on the device"), run
+
+
+def test_cudf_string_keys_take_the_host_path(cudf):
+    table = ticks(200, 3, 6, True)
+    names = pa.array([f"s{v}" for v in table.column("sym").to_pylist()])
+    table = table.set_column(0, "sym", names)
+    got = gpu_mr.match_recognize(cudf.DataFrame.from_arrow(table), V_SHAPE, engine="gpu")
+    assert got.to_arrow().equals(gpu_mr.match_recognize(table, V_SHAPE, engine="reference"))
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_arrow_input_runs_every_stage_on_the_device(shuffled):
+    table = ticks(400, 5, 7, shuffled)
+    got = gpu_mr.match_recognize(table, V_SHAPE, engine="gpu")
+    assert got.equals(gpu_mr.match_recognize(table, V_SHAPE, engine="reference"))
+    run = gpu_mr.engines._AVAILABLE["gpu"].last_run
+    assert run.reason == "every stage on the device" + (" (input sorted there)" * shuffled)
+
+
+MEASURES = ("COUNT(*) AS n, MATCH_NUMBER() AS m, FIRST(a) AS fa, LAST(b) AS lb, "
+            "SUM(c) AS sc, MIN(b) AS mb, MAX(a) AS xa, AVG(b) AS ab, CLASSIFIER() AS cl, "
+            "COUNT(b) AS nb, FIRST(ts, 1) AS t1")
+
+
+@settings(max_examples=600 if FULL else 60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(row_local_clauses(), tables(), st.booleans())
+def test_whole_pipeline_equals_reference(clause, table, descending):
+    # random unsorted keys with ties: the device sort, masks, scan and measures
+    clause = clause.replace("COUNT(*) AS n", MEASURES)
+    if descending:
+        clause = clause.replace("ORDER BY ts", "ORDER BY ts DESC")
+    try:
+        want = gpu_mr.match_recognize(table, clause, engine="reference")
+    except GpuMrError as exc:
+        with pytest.raises(type(exc)):
+            gpu_mr.match_recognize(table, clause, engine="gpu")
+        return
+    got = gpu_mr.match_recognize(table, clause, engine="gpu")
+    assert got.equals(want), f"\n{clause}\n{table.to_pydict()}"
