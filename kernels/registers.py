@@ -145,7 +145,7 @@ def mod_f64(a, b):
     a zero divisor or an infinite dividend, as the interpreter and masks."""
     if b == 0.0 or a != a or b != b or a == math.inf or a == -math.inf:
         return math.nan
-    return float(np.fmod(a, b))
+    return fmod_c(a, b)
 
 
 def sqrt_f64(x):
@@ -157,13 +157,33 @@ def sqrt_f64(x):
 def floor_f64(x):
     if x != x or x == math.inf or x == -math.inf:
         return x
-    return float(np.floor(x))
+    return floor_c(x)
 
 
 def ceil_f64(x):
     if x != x or x == math.inf or x == -math.inf:
         return x
+    return ceil_c(x)
+
+
+# C's fmod, floor and ceil of doubles. numba's CPU target compiles numpy's
+# (and has no math.fmod; its math.floor returns an int, as Python's); numba.cuda
+# has no numpy ufunc for them but double-valued math.fmod/floor/ceil, which a
+# device module binds to these names instead (DEVICE_PRIMITIVES).
+
+def fmod_c(a, b):
+    return float(np.fmod(a, b))
+
+
+def floor_c(x):
+    return float(np.floor(x))
+
+
+def ceil_c(x):
     return float(np.ceil(x))
+
+
+DEVICE_PRIMITIVES = {"fmod_c": "math.fmod", "floor_c": "math.floor", "ceil_c": "math.ceil"}
 
 
 _EXACT = 9007199254740992  # 2**53: every int up to it converts to double exactly
@@ -479,4 +499,4 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
 QUERY_FUNCTIONS = ("closure", "run_partitions")
 SHARED_FUNCTIONS = ("regs_equal", "copy_regs", "tdiv", "add_i64", "sub_i64", "mul_i64",
                     "div_i64", "neg_i64", "div_f64", "mod_f64", "sqrt_f64", "floor_f64",
-                    "ceil_f64", "cmp_if", "cmp_ff", "same_float")
+                    "ceil_f64", "cmp_if", "cmp_ff", "same_float", "fmod_c", "floor_c", "ceil_c")

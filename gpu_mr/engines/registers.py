@@ -373,18 +373,11 @@ def _jit_kernel(source: str):
     """The kernel compiled by numba. The kernel bodies and the generated code
     are written as one module file named by their hash, so numba's on-disk
     cache spares the compilation (seconds) in later processes."""
-    import inspect
-
     import numba
     options = _jit_options()
     # the first line names how the options decorate the functions: numba's
     # disk cache keys on the file's bytecode, not on the decoration
-    body = [f"# {options}", "import math", "import numpy as np", ""]
-    body += [f"{n} = {getattr(K, n)!r}" for n in dir(K)
-             if n.isupper() and isinstance(getattr(K, n), int)]
-    body += [inspect.getsource(getattr(K, n)) for n in K.SHARED_FUNCTIONS + K.QUERY_FUNCTIONS]
-    text = "\n".join(body) + "\n" + source
-    module, fresh = _kernel_module("gpu_mr_registers", text)
+    module, fresh = _kernel_module("gpu_mr_registers", _kernel_text(source, [f"# {options}"]))
     if fresh:
         for fname, f in list(vars(module).items()):
             if isinstance(f, types.FunctionType) and fname != "run_partitions":
@@ -392,6 +385,26 @@ def _jit_kernel(source: str):
         module.run_partitions = numba.njit(cache=True, **options["driver"])(
             module.run_partitions)
     return module.run_partitions
+
+
+def _kernel_text(source: str, header: list, primitives: Optional[dict] = None,
+                 extra: tuple = ()) -> str:
+    """A kernel module's text: ``header`` lines, kernels/registers.py's
+    constants and bodies, the functions ``extra`` (plain functions calling
+    them), then the generated ``source``. ``primitives`` binds some helpers'
+    names to other code instead of their bodies (a device's math functions,
+    K.DEVICE_PRIMITIVES)."""
+    import inspect
+
+    primitives = primitives or {}
+    body = list(header) + ["import math", "import numpy as np", ""]
+    body += [f"{n} = {getattr(K, n)!r}" for n in dir(K)
+             if n.isupper() and isinstance(getattr(K, n), int)]
+    body += [inspect.getsource(getattr(K, n)) for n in K.SHARED_FUNCTIONS + K.QUERY_FUNCTIONS
+             if n not in primitives]
+    body += [f"{n} = {code}" for n, code in primitives.items()] + [""]
+    body += [inspect.getsource(f) for f in extra]
+    return "\n".join(body) + "\n" + source
 
 
 def _kernel_module(prefix: str, text: str) -> tuple:

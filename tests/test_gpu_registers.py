@@ -1,0 +1,229 @@
+"""The register machine on the device (engines/gpu_registers.py,
+kernels/gpu_registers.py) against the host register engine and the reference.
+
+Without a GPU these run under numba's CUDA simulator (tests/conftest.py turns
+it on): the kernel is the query's clone of kernels/registers.py's bodies,
+one simulated thread per partition. Differential: random state-dependent
+DEFINEs (tests/test_registers.py's templates), random tables with several
+partitions, every AFTER MATCH SKIP mode; the device's ``MatchArrays`` must
+equal ``registers.find_matches``'s array for array (dtypes included), and
+its matches or error the reference engine's. Unit cases: buffers that start
+at one entry (GROW, relaunching only the partitions that stopped), a
+fallback and errors inside some partitions (the reference reruns them in
+order), SKIP errors, launches in waves. The simulator is slow: CI runs a
+sample; GPU_MR_FULL_TESTS=1 runs many more.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpu_mr import backend as B
+from gpu_mr.analysis import analyze
+from gpu_mr.engines import gpu_registers as G
+from gpu_mr.engines import registers as R
+from gpu_mr.engines.base import as_match_arrays
+from gpu_mr.engines.reference import ReferenceEngine
+from gpu_mr.errors import GpuMrError
+from gpu_mr.frames import sort_for_matching
+from gpu_mr.kernels import gpu_registers as GK
+from gpu_mr.syntax import parse_clause
+
+from test_cpu_engine import tables
+from test_registers import _TICKS_QUERIES, queries
+
+if isinstance(B.detect(), str):
+    pytest.skip(f"no GPU and no simulator: {B.detect()}", allow_module_level=True)
+
+FULL = os.environ.get("GPU_MR_FULL_TESTS") == "1"
+
+
+def _arrays(run):
+    """The MatchArrays of ``run()`` as comparable lists (dtype and values),
+    or the error it raised."""
+    try:
+        found = as_match_arrays(run())
+    except GpuMrError as exc:
+        return ("error", type(exc).__name__, str(exc))
+    return [(a.dtype.str, a.tolist()) for a in (
+        found.partition, found.number, found.start, found.end, found.label_offsets,
+        found.labels, found.excluded)]
+
+
+def _matches(run):
+    try:
+        found = as_match_arrays(run()).to_matches()
+    except GpuMrError as exc:
+        return ("error", type(exc).__name__, str(exc))
+    return [(m.partition, m.number, m.start, m.end, m.labels, m.excluded) for m in found]
+
+
+def compare(clause: str, table: pa.Table) -> bool:
+    """Device against host registers and reference; False when declined."""
+    query = analyze(parse_clause(clause), table.schema)
+    reason = G.device_registers_reason(query)
+    if reason is not None:
+        assert R.supports(query) is not None and "declines" in reason, reason
+        return False
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+
+    def device():
+        return G.find_matches_on_device(B.detect(), query, data)
+    got = _arrays(device)
+    host = _arrays(lambda: R.find_matches(query, data))
+    assert got == host, f"\n{clause}\n{table.to_pydict()}\ndevice: {got}\nhost: {host}"
+    want = _matches(lambda: ReferenceEngine().find_matches(query, data))
+    assert _matches(device) == want, f"\n{clause}\n{table.to_pydict()}"
+    return True
+
+
+@st.composite
+def timed_tables(draw):
+    """tests/test_cpu_engine.py's tables (up to 3 partitions, ties, NULLs)
+    with ``ts`` a timestamp, for the WITHIN clauses queries() may draw."""
+    table = draw(tables())
+    return table.set_column(1, "ts", table.column("ts").cast(pa.timestamp("s")))
+
+
+_SUPPORTED: list = []
+
+
+@settings(max_examples=600 if FULL else 40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(queries(), timed_tables())
+def test_device_registers_equal_host_and_reference(clause, table):
+    _SUPPORTED.append(compare(clause, table))
+
+
+def test_a_good_share_of_generated_queries_runs_on_the_device():
+    if len(_SUPPORTED) < 20:
+        pytest.skip("runs after the differential test")
+    assert sum(_SUPPORTED) / len(_SUPPORTED) > 0.4
+
+
+def _ticks(rows: int = 150, symbols: int = 3) -> pa.Table:
+    from gpu_mr.demo import generate_ticks
+    return generate_ticks(rows=rows, symbols=symbols, seed=7)
+
+
+@pytest.mark.parametrize("skip", ["PAST LAST ROW", "TO NEXT ROW", "TO FIRST B", "TO LAST B",
+                                  "TO FIRST C", "TO LAST U", "TO U"])
+def test_every_skip_mode_on_ticks(skip):
+    body = _TICKS_QUERIES[2].split("PATTERN", 1)[1]
+    clause = (f"PARTITION BY symbol ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP {skip} "
+              f"PATTERN {body.replace('DEFINE', 'SUBSET U = (A, C) DEFINE', 1)}")
+    assert compare(clause, _ticks())
+
+
+@pytest.mark.parametrize("body", _TICKS_QUERIES if FULL else _TICKS_QUERIES[1:2])
+def test_tick_queries(body):
+    assert compare("PARTITION BY symbol ORDER BY ts MEASURES COUNT(*) AS n " + body, _ticks())
+
+
+def test_buffers_grow_and_only_stopped_partitions_relaunch(monkeypatch):
+    # every buffer starts at one entry: threads, register rows, seen entries,
+    # log, matches and labels all grow, in partitions of different lengths
+    monkeypatch.setattr(R, "INITIAL_SIZES", (1, 1, 1, 1, 1, 1))
+    launched: list = []
+    original = GK._launch
+    monkeypatch.setattr(GK, "_launch", lambda backend, kernel, wave, *args: (
+        launched.append(len(wave)), original(backend, kernel, wave, *args))[1])
+    n = 45
+    table = pa.table({"p": pa.array([0] * 3 + [1] * 30 + [2] * 12, pa.int64()),
+                      "ts": pa.array(range(n), pa.int64()),
+                      "a": pa.array(np.arange(n) % 7, pa.int64())})
+    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n PATTERN ((A | B)* C) "
+              "DEFINE A AS COUNT(A.*) < 6, B AS a <> 3, C AS LAST(A.a) = a")
+    assert compare(clause, table)
+    assert launched[0] == 3 and len(launched) > 2 and launched[-1] < 3, launched
+
+
+def test_growth_with_a_fallback_in_one_partition(monkeypatch):
+    # tests/test_registers.py's case: partition "x" grows many times, then an
+    # int beyond 2**53 compared with a double sends it to the reference
+    # engine; "y" and "z" keep the kernel's output
+    monkeypatch.setattr(R, "INITIAL_SIZES", (1, 1, 1, 1, 1, 1))
+    big = 2**62
+    xs = [1] * 60 + [big, big, big]
+    ys = [1] * 45
+    table = pa.table({
+        "p": pa.array(["y"] * len(ys) + ["x"] * len(xs) + ["z"] * len(ys)),
+        "ts": pa.array(range(len(xs) + 2 * len(ys)), pa.int64()),
+        "a": pa.array(ys + xs + ys, pa.int64())})
+    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n "
+              "PATTERN (A B B) DEFINE B AS B.a > A.a - 0.5")
+    assert compare(clause, table)
+
+
+@pytest.mark.parametrize("define", [
+    "B AS A.a / b > 0",                              # division by zero in one partition
+    "B AS SUM(B.a / B.b) > 0",                       # ... inside an aggregate's argument
+    "B AS B.a * (1 - b) * 4611686018427387904 >= 0",       # BIGINT overflow
+    "B AS SUM(B.a * (1 - B.b) * 2305843009213693952) >= 0",  # a sum leaving int64
+    "B AS (1 - b) * 9007199254740993 >= a * 1.0",          # int vs double past 2**53
+])
+def test_errors_and_fallbacks_give_the_reference_outcome(define):
+    # where b = 0 (late in partition 1, early in partition 2; never in 0) the
+    # kernel stops: the reference reruns 1 and 2 in order, giving the first
+    # one's error as it does, or their matches
+    table = pa.table({"p": pa.array([0] * 5 + [1] * 6 + [2] * 4, pa.int64()),
+                      "ts": pa.array(range(15), pa.int64()),
+                      "a": pa.array([1, 2, 3, 1, 2, 1, 2, 3, 1, 2, 3, 2, 2, 3, 4], pa.int64()),
+                      "b": pa.array([1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 1], pa.int64())})
+    clause = f"PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) DEFINE {define}"
+    assert compare(clause, table)
+
+
+@pytest.mark.parametrize("clause", [
+    "ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO FIRST A PATTERN (A B+) "
+    "DEFINE B AS B.a > A.a",
+    "PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO LAST C "
+    "PATTERN (A B+ C?) DEFINE B AS B.a > A.a",
+])
+def test_skip_errors_are_the_reference_engines(clause):
+    table = pa.table({"p": pa.array([0, 0, 0, 1, 1, 1], pa.int64()),
+                      "ts": pa.array(range(6), pa.int64()), "a": pa.array([1, 2, 3, 1, 2, 3])})
+    assert compare(clause, table)
+
+
+def test_partitions_run_in_waves(monkeypatch):
+    monkeypatch.setattr(GK, "MAX_JOBS", 2)
+    table = _ticks(rows=90, symbols=5)
+    assert compare("PARTITION BY symbol ORDER BY ts MEASURES COUNT(*) AS n "
+                   + _TICKS_QUERIES[1], table)
+
+
+def test_empty_input_and_declined_queries():
+    schema = pa.schema([("p", pa.int64()), ("ts", pa.int64()), ("a", pa.int64())])
+    table = schema.empty_table()
+    assert compare("ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) DEFINE B AS B.a > A.a",
+                   table)
+    q = analyze(parse_clause("ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
+                             "DEFINE B AS COUNT(DISTINCT B.a) < 3"), schema)
+    assert "DISTINCT" in G.device_registers_reason(q)
+
+
+def test_queries_differing_in_constants_share_the_device_kernel():
+    table = _ticks(rows=60, symbols=2)
+    kernels = set()
+    for k in ("1.01", "0.99"):
+        clause = ("PARTITION BY symbol ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+ C) "
+                  f"DEFINE B AS B.price < AVG(B.price) * {k}, C AS C.price > A.price")
+        assert compare(clause, table)
+        q = analyze(parse_clause(clause), table.schema)
+        kernels.add(id(G.device_kernel(B.detect(), R._plan(q).source)))
+    assert len(kernels) == 1
+
+
+@pytest.mark.parametrize("lengths, want", [
+    ([0, 1, 10, 10**6], [[1, 1, 1, 1, 1, 1], [4, 8, 16, 4, 1, 1], [40, 80, 160, 40, 10, 10],
+                         list(R.INITIAL_SIZES)]),
+])
+def test_first_sizes_follow_partition_lengths(lengths, want):
+    assert G.first_sizes(np.array(lengths)).tolist() == want
