@@ -3,14 +3,19 @@
 What: on a CUDA device, for each size (1e7 to 1e9 rows of ~32 B: symbol,
 timestamp, price, volume) and partition count (1 to 100,000), generates
 pre-sorted tick data on the device, runs the V-shape query's GPU pipeline
-stage by stage (masks, classes and DFA tables, chunked scan with repair and
-numbering, path recovery, transfer of the matches to the host, measures on
-the host), and prints per stage the time, rows/s and the fraction of the
-device's memory bandwidth it achieved (bytes the stage must move over the
-bandwidth of a large device-to-device copy measured in the same run). It
-checks the GPU matches against the CPU engine's on the same rows (whole
-datasets up to ``--check-rows``), compares the public API's output tables,
-times the CPU engine on the same rows for the speed ratio, and writes
+stage by stage (the order check that finds the input sorted, the sort of
+the same keys shuffled, masks, classes and DFA tables, chunked scan with
+repair and numbering, path recovery, ONE ROW measures on the device), then
+the whole pipeline at once as the engine runs it (``end_to_end``: data on
+the device, per-match results to the host), and the older split for
+comparison (matches to the host, measures on the host). Per stage it prints
+the time, rows/s and the fraction of the device's memory bandwidth it
+achieved (bytes the stage must move over the bandwidth of a large
+device-to-device copy measured in the same run). It checks the GPU matches
+against the CPU engine's on the same rows (whole datasets up to
+``--check-rows``), compares the output tables (the end-to-end run's with
+the CPU engine's, and the public API's), times the CPU engine on the same
+rows for the speed ratios (matching alone, and end to end), and writes
 everything to JSON.
 
 Why one script: a lent GPU is rare and its time short (the device README and
@@ -71,7 +76,9 @@ import gpu_mr  # noqa: E402
 from gpu_mr import backend as B  # noqa: E402
 from gpu_mr.analysis import analyze  # noqa: E402
 from gpu_mr.engines import gpu as G  # noqa: E402
+from gpu_mr import device_measures as DMe  # noqa: E402
 from gpu_mr.device_frames import order_rows  # noqa: E402
+from gpu_mr.device_input import from_device_columns  # noqa: E402
 from gpu_mr.engines.cpu import CpuEngine  # noqa: E402
 from gpu_mr.frames import SortedInput  # noqa: E402
 from gpu_mr.kernels.gpu_scan import DEVICE_CHUNK_ROWS  # noqa: E402
@@ -177,6 +184,14 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
     found = stage("recovery", lambda: G.recover(backend, classes, offsets, G.DeviceMatches(
         found.starts, found.ends, found.partitions, found.numbers), tables),
         matched_rows * (1 + 4 + 2 + 1) * 2 + n_matches * 8 * 3)
+    measure_columns = {name: (columns[name], None, SCHEMA.field(name).type)
+                       for name in DMe.device_measure_columns(query)}
+    per_match = stage("measures_device", lambda: DMe.measures_on_device(
+        backend, query, measure_columns, found), matched_rows * (1 + 8) + n_matches * 8 * 6)
+    assert not isinstance(per_match, str), per_match
+    source = from_device_columns(backend, SCHEMA, {n: (c, None) for n, c in columns.items()})
+    out_device = stage("end_to_end", lambda: engine.run_input(query, source), 0)
+    assert out_device is not None, engine._declined
     matches = stage("to_host", lambda: found.to_host(backend),
                     n_matches * 8 * 5 + matched_rows * 3)
     device_seconds = sum(stages[s]["seconds"] for s in ("order_check", "masks", "classes", "scan",
@@ -187,7 +202,8 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
               "stages": stages, "device_seconds": device_seconds,
               "device_rows_per_s": rows / device_seconds,
               "with_transfer_rows_per_s": rows / (device_seconds
-                                                  + stages["to_host"]["seconds"])}
+                                                  + stages["to_host"]["seconds"]),
+              "end_to_end_device_rows_per_s": rows / stages["end_to_end"]["seconds"]}
     if rows <= args.cpu_rows:
         table = host_table(backend, columns)
         data = SortedInput(table, backend.to_host(offsets), None, True)
@@ -199,6 +215,12 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
                                          args.repeat)
         record["cpu_engine_seconds"] = cpu_seconds
         record["gpu_vs_cpu_engine"] = cpu_seconds / device_seconds
+        cpu_end, cpu_out = timed(backend, lambda: gpu_mr.match_recognize(table, V_SHAPE,
+                                                                           engine="cpu"),
+                                 args.repeat)
+        record["cpu_end_to_end_seconds"] = cpu_end
+        record["gpu_vs_cpu_end_to_end"] = cpu_end / stages["end_to_end"]["seconds"]
+        record["end_to_end_identical"] = bool(out_device.equals(cpu_out))
         if rows <= args.check_rows:
             same = all(np.array_equal(getattr(matches, f), getattr(cpu_matches, f))
                        for f in ("partition", "number", "start", "end", "label_offsets",
@@ -217,14 +239,18 @@ def summary_line(r: dict) -> str:
     s = r["stages"]
     parts = [f"{r['rows']:>12,} rows {r['partitions']:>7,} parts {r['matches']:>11,} matches",
              f"device {r['device_rows_per_s']:.3g} rows/s"]
-    for name in ("order_check", "sort", "masks", "classes", "scan", "recovery", "to_host",
-                 "measures_host"):
+    for name in ("order_check", "sort", "masks", "classes", "scan", "recovery",
+                 "measures_device", "end_to_end", "to_host", "measures_host"):
         if name in s:
             frac = s[name]["bandwidth_fraction"]
             parts.append(f"{name} {s[name]['seconds'] * 1e3:.2f} ms"
                          + (f" ({frac:.0%} bw)" if s[name]["bytes"] else ""))
+    parts.append(f"end to end {r['end_to_end_device_rows_per_s']:.3g} rows/s")
     if "gpu_vs_cpu_engine" in r:
-        parts.append(f"x cpu engine {r['gpu_vs_cpu_engine']:.1f}")
+        parts.append(f"x cpu engine {r['gpu_vs_cpu_engine']:.1f} (matching), "
+                     f"{r['gpu_vs_cpu_end_to_end']:.1f} (end to end)")
+    if "end_to_end_identical" in r:
+        parts.append("end to end identical " + ("yes" if r["end_to_end_identical"] else "NO"))
     if "identical_to_cpu_engine" in r:
         parts.append("identical " + ("yes" if r["identical_to_cpu_engine"] else "NO"))
     if "public_api_identical" in r:

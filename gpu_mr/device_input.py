@@ -224,3 +224,31 @@ def from_cudf(backend, df) -> DeviceInput:
     if schema.metadata:
         schema = schema.remove_metadata()
     return _CudfInput(backend, df, schema)
+
+
+# ------------------------------------------------------------ arrays already on the device
+
+class _ArraysInput(DeviceInput):
+    def __init__(self, backend, schema: pa.Schema, columns: dict):
+        lengths = {int(v.shape[0]) for v, _ in columns.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"device columns of different lengths: {sorted(lengths)}")
+        super().__init__(backend, schema, lengths.pop() if lengths else 0)
+        self._columns.update(columns)
+
+    def _fetch(self, name: str) -> tuple:
+        raise KeyError(f"no device column {name!r}")
+
+    def take(self, name: str, rows: np.ndarray) -> pa.Array:
+        values, valid = self.column(name)
+        at = self.backend.to_device(rows)
+        mask = None if valid is None else ~self.backend.to_host(valid[at])
+        return pa.array(self.backend.to_host(values[at]), self.schema.field(name).type,
+                        mask=mask)
+
+
+def from_device_columns(backend, schema: pa.Schema, columns: dict) -> DeviceInput:
+    """Columns already on the device, ``{name: (values, valid or None)}``
+    as ``DeviceInput.column`` gives them (NULL rows 0), typed by ``schema``
+    (the benchmarks' generated data enters here)."""
+    return _ArraysInput(backend, schema, columns)
