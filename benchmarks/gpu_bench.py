@@ -79,6 +79,7 @@ from gpu_mr.engines import gpu as G  # noqa: E402
 from gpu_mr import device_measures as DMe  # noqa: E402
 from gpu_mr.device_frames import order_rows  # noqa: E402
 from gpu_mr.device_input import from_device_columns  # noqa: E402
+from gpu_mr.transfer import to_device_staged  # noqa: E402
 from gpu_mr.engines.cpu import CpuEngine  # noqa: E402
 from gpu_mr.frames import SortedInput  # noqa: E402
 from gpu_mr.kernels.gpu_scan import DEVICE_CHUNK_ROWS  # noqa: E402
@@ -137,6 +138,20 @@ def copy_bandwidth(backend, repeat: int) -> float:
     return 2 * src.nbytes / seconds
 
 
+def pinned_bandwidth(backend, repeat: int) -> float:
+    """Bytes/s of a host-to-device copy from pinned memory (the bus's
+    practical ceiling); the simulator's figure means nothing."""
+    if backend.simulated:
+        return copy_bandwidth(backend, repeat)
+    import cupyx
+    n = 1 << 30
+    src = cupyx.empty_pinned(n, dtype=np.uint8)
+    src[:] = 1
+    dst = backend.xp.empty(n, dtype=np.uint8)
+    seconds, _ = timed(backend, lambda: dst.set(src), max(repeat, 5))
+    return n / seconds
+
+
 def host_table(backend, columns: dict) -> pa.Table:
     return pa.table({name: backend.to_host(columns[name]) for name in SCHEMA.names},
                     schema=SCHEMA)
@@ -151,7 +166,7 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
     if isinstance(device_set, str):
         raise SystemExit(f"the V-shape DEFINEs do not run on the device: {device_set}")
     needed = {name: (columns[name], None) for name in device_set.columns}
-    stages = {}
+    stages, declined = {}, {}
 
     def stage(name: str, fn, bytes_moved: float):
         seconds, result = timed(backend, fn, args.repeat)
@@ -190,8 +205,11 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
         backend, query, measure_columns, found), matched_rows * (1 + 8) + n_matches * 8 * 6)
     assert not isinstance(per_match, str), per_match
     source = from_device_columns(backend, SCHEMA, {n: (c, None) for n, c in columns.items()})
+    engine.max_rows = rows          # try it whatever the memory estimate; it says if it declines
     out_device = stage("end_to_end", lambda: engine.run_input(query, source), 0)
-    assert out_device is not None, engine._declined
+    if out_device is None:          # e.g. out of device memory beside the generated data
+        del stages["end_to_end"]
+        declined["end_to_end"] = engine._declined[1]
     matches = stage("to_host", lambda: found.to_host(backend),
                     n_matches * 8 * 5 + matched_rows * 3)
     device_seconds = sum(stages[s]["seconds"] for s in ("order_check", "masks", "classes", "scan",
@@ -203,9 +221,27 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
               "device_rows_per_s": rows / device_seconds,
               "with_transfer_rows_per_s": rows / (device_seconds
                                                   + stages["to_host"]["seconds"]),
-              "end_to_end_device_rows_per_s": rows / stages["end_to_end"]["seconds"]}
+              "declined": declined}
+    if "end_to_end" in stages:
+        record["end_to_end_device_rows_per_s"] = rows / stages["end_to_end"]["seconds"]
+    table = host_table(backend, columns)
+    needed_host = [np.ascontiguousarray(table.column(name).to_numpy())
+                   for name in sorted(set(device_set.columns)
+                                      | set(DMe.device_measure_columns(query))
+                                      | {"symbol", "ts"})]
+    host_bytes = sum(a.nbytes for a in needed_host)
+    stage("from_host", lambda: [to_device_staged(backend, a) for a in needed_host], host_bytes)
+    stages["from_host"]["pinned_fraction"] = (host_bytes / stages["from_host"]["seconds"]
+                                              / args.pinned_bandwidth)
+    out_host = stage("end_to_end_from_host", lambda: engine.run_table(query, table), 0)
+    if out_host is None:
+        del stages["end_to_end_from_host"]
+        declined["end_to_end_from_host"] = engine._declined[1]
+    else:
+        record["end_to_end_from_host_rows_per_s"] = (
+            rows / stages["end_to_end_from_host"]["seconds"])
+        record["from_host_identical"] = out_device is None or bool(out_host.equals(out_device))
     if rows <= args.cpu_rows:
-        table = host_table(backend, columns)
         data = SortedInput(table, backend.to_host(offsets), None, True)
         out = stage("measures_host", lambda: assemble(query, data, matches), 0)
         record["end_to_end_rows_per_s"] = rows / (
@@ -219,8 +255,9 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
                                                                            engine="cpu"),
                                  args.repeat)
         record["cpu_end_to_end_seconds"] = cpu_end
-        record["gpu_vs_cpu_end_to_end"] = cpu_end / stages["end_to_end"]["seconds"]
-        record["end_to_end_identical"] = bool(out_device.equals(cpu_out))
+        if out_device is not None:
+            record["gpu_vs_cpu_end_to_end"] = cpu_end / stages["end_to_end"]["seconds"]
+            record["end_to_end_identical"] = bool(out_device.equals(cpu_out))
         if rows <= args.check_rows:
             same = all(np.array_equal(getattr(matches, f), getattr(cpu_matches, f))
                        for f in ("partition", "number", "start", "end", "label_offsets",
@@ -240,15 +277,24 @@ def summary_line(r: dict) -> str:
     parts = [f"{r['rows']:>12,} rows {r['partitions']:>7,} parts {r['matches']:>11,} matches",
              f"device {r['device_rows_per_s']:.3g} rows/s"]
     for name in ("order_check", "sort", "masks", "classes", "scan", "recovery",
-                 "measures_device", "end_to_end", "to_host", "measures_host"):
+                 "measures_device", "end_to_end", "from_host", "end_to_end_from_host",
+                 "to_host", "measures_host"):
         if name in s:
             frac = s[name]["bandwidth_fraction"]
             parts.append(f"{name} {s[name]['seconds'] * 1e3:.2f} ms"
                          + (f" ({frac:.0%} bw)" if s[name]["bytes"] else ""))
-    parts.append(f"end to end {r['end_to_end_device_rows_per_s']:.3g} rows/s")
+    if "end_to_end_device_rows_per_s" in r:
+        parts.append(f"end to end {r['end_to_end_device_rows_per_s']:.3g} rows/s")
+    if "from_host" in s:
+        parts.append(f"from host {s['from_host']['pinned_fraction']:.0%} of pinned")
+    if "end_to_end_from_host_rows_per_s" in r:
+        parts.append(f"end to end from host {r['end_to_end_from_host_rows_per_s']:.3g} rows/s")
+    for name, why in r.get("declined", {}).items():
+        parts.append(f"{name} declined: {why}")
     if "gpu_vs_cpu_engine" in r:
-        parts.append(f"x cpu engine {r['gpu_vs_cpu_engine']:.1f} (matching), "
-                     f"{r['gpu_vs_cpu_end_to_end']:.1f} (end to end)")
+        parts.append(f"x cpu engine {r['gpu_vs_cpu_engine']:.1f} (matching)")
+    if "gpu_vs_cpu_end_to_end" in r:
+        parts.append(f"x cpu engine {r['gpu_vs_cpu_end_to_end']:.1f} (end to end)")
     if "end_to_end_identical" in r:
         parts.append("end to end identical " + ("yes" if r["end_to_end_identical"] else "NO"))
     if "identical_to_cpu_engine" in r:
@@ -289,7 +335,9 @@ def main(argv=None) -> int:
         lines.append(text)
 
     bandwidth = copy_bandwidth(found, args.repeat)
-    log(f"device: {found.device}; measured copy bandwidth {bandwidth / 1e9:.0f} GB/s")
+    args.pinned_bandwidth = pinned_bandwidth(found, args.repeat)
+    log(f"device: {found.device}; measured copy bandwidth {bandwidth / 1e9:.0f} GB/s; "
+        f"host to device from pinned memory {args.pinned_bandwidth / 1e9:.1f} GB/s")
     records = []
     for rows in rows_list:
         for partitions in parts_list:
@@ -312,12 +360,18 @@ def main(argv=None) -> int:
             most = max(by_parts)
             ratio = by_parts[1]["device_seconds"] / by_parts[most]["device_seconds"]
             log(f"{rows:,} rows: one partition takes {ratio:.2f}x the time of {most:,}")
+            ends = [by_parts[p].get("end_to_end_device_rows_per_s") for p in (1, most)]
+            if all(ends):
+                log(f"{rows:,} rows end to end: one partition takes {ends[1] / ends[0]:.2f}x "
+                    f"the time of {most:,}")
     stamp = _dt.date.today().isoformat()
     slug = "".join(c if c.isalnum() else "-" for c in found.device.lower()).strip("-")
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     result = {"date": stamp, "device": found.device, "simulated": found.simulated,
-              "copy_bandwidth_bytes_per_s": bandwidth, "query": V_SHAPE.strip(),
+              "copy_bandwidth_bytes_per_s": bandwidth,
+              "pinned_host_to_device_bytes_per_s": args.pinned_bandwidth,
+              "query": V_SHAPE.strip(),
               "row_bytes": ROW_BYTES, "python": platform.python_version(),
               "cases": records, "log": lines}
     path = out_dir / f"gpu-{stamp}-{slug}.json"

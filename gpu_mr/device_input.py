@@ -12,7 +12,8 @@ array of a column at some input rows (the output's partition columns,
 O(matches)). Two sources:
 
 - ``from_arrow``: a pyarrow Table on the host; a column moves to the device
-  on first use, and only the columns the query reads move.
+  on first use (through pinned staging buffers, transfer.py), and only the
+  columns the query reads move.
 - ``from_cudf``: a cuDF DataFrame already on the device; numeric columns
   are shared, not copied (``Series.to_cupy(copy=False)``; a column with
   NULLs is filled once). String columns stay in cuDF: as keys they are
@@ -33,6 +34,8 @@ from typing import Optional, Sequence
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from .transfer import to_device_staged
 
 
 def fixed_width(t: pa.DataType) -> bool:
@@ -136,8 +139,10 @@ class _ArrowInput(DeviceInput):
         return self._to_device(*host_values(string_ranks(self.table.column(name))))
 
     def _to_device(self, values: np.ndarray, valid: Optional[np.ndarray]) -> tuple:
+        # through pinned staging buffers, overlapped (transfer.py)
         b = self.backend
-        return b.to_device(values), None if valid is None else b.to_device(valid)
+        return (to_device_staged(b, values),
+                None if valid is None else to_device_staged(b, valid))
 
     def take(self, name: str, rows: np.ndarray) -> pa.Array:
         return self.table.column(name).take(pa.array(rows, pa.int64()))

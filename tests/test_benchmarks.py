@@ -124,7 +124,9 @@ def test_gpu_bench_tiny_under_the_simulator(tmp_path):
     assert report["simulated"] and len(report["cases"]) == 2
     for case in report["cases"]:
         assert case["identical_to_cpu_engine"] and case["public_api_identical"], case
-        assert case["end_to_end_identical"], case
+        assert case["end_to_end_identical"] and case["from_host_identical"], case
+        assert not case["declined"], case
         assert set(case["stages"]) >= {"order_check", "sort", "masks", "classes", "scan",
-                                       "recovery", "measures_device", "end_to_end", "to_host"}
+                                       "recovery", "measures_device", "end_to_end", "from_host",
+                                       "end_to_end_from_host", "to_host"}
     assert str(BENCH.parent) not in json.dumps(report)       # no machine paths
