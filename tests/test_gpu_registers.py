@@ -33,6 +33,7 @@ from gpu_mr.engines.reference import ReferenceEngine
 from gpu_mr.errors import GpuMrError
 from gpu_mr.frames import sort_for_matching
 from gpu_mr.kernels import gpu_registers as GK
+from gpu_mr.kernels import registers as K
 from gpu_mr.syntax import parse_clause
 
 from test_cpu_engine import tables
@@ -44,24 +45,28 @@ if isinstance(B.detect(), str):
 FULL = os.environ.get("GPU_MR_FULL_TESTS") == "1"
 
 
-def _arrays(run):
-    """The MatchArrays of ``run()`` as comparable lists (dtype and values),
-    or the error it raised."""
+def _run(run):
+    """``run()``'s MatchArrays, or the error it raised as a comparable tuple."""
     try:
-        found = as_match_arrays(run())
+        return as_match_arrays(run())
     except GpuMrError as exc:
         return ("error", type(exc).__name__, str(exc))
+
+
+def _arrays(found):
+    """Comparable lists (dtype and values) of each array."""
+    if isinstance(found, tuple):
+        return found
     return [(a.dtype.str, a.tolist()) for a in (
         found.partition, found.number, found.start, found.end, found.label_offsets,
         found.labels, found.excluded)]
 
 
-def _matches(run):
-    try:
-        found = as_match_arrays(run()).to_matches()
-    except GpuMrError as exc:
-        return ("error", type(exc).__name__, str(exc))
-    return [(m.partition, m.number, m.start, m.end, m.labels, m.excluded) for m in found]
+def _matches(found):
+    if isinstance(found, tuple):
+        return found
+    return [(m.partition, m.number, m.start, m.end, m.labels, m.excluded)
+            for m in found.to_matches()]
 
 
 def compare(clause: str, table: pa.Table) -> bool:
@@ -72,14 +77,12 @@ def compare(clause: str, table: pa.Table) -> bool:
         assert R.supports(query) is not None and "declines" in reason, reason
         return False
     data = sort_for_matching(table, query.partition_columns, query.order_keys)
-
-    def device():
-        return G.find_matches_on_device(B.detect(), query, data)
-    got = _arrays(device)
-    host = _arrays(lambda: R.find_matches(query, data))
-    assert got == host, f"\n{clause}\n{table.to_pydict()}\ndevice: {got}\nhost: {host}"
-    want = _matches(lambda: ReferenceEngine().find_matches(query, data))
-    assert _matches(device) == want, f"\n{clause}\n{table.to_pydict()}"
+    got = _run(lambda: G.find_matches_on_device(B.detect(), query, data))
+    host = _run(lambda: R.find_matches(query, data))
+    assert _arrays(got) == _arrays(host), \
+        f"\n{clause}\n{table.to_pydict()}\ndevice: {_arrays(got)}\nhost: {_arrays(host)}"
+    want = _matches(_run(lambda: ReferenceEngine().find_matches(query, data)))
+    assert _matches(got) == want, f"\n{clause}\n{table.to_pydict()}"
     return True
 
 
@@ -130,18 +133,39 @@ def test_buffers_grow_and_only_stopped_partitions_relaunch(monkeypatch):
     # every buffer starts at one entry: threads, register rows, seen entries,
     # log, matches and labels all grow, in partitions of different lengths
     monkeypatch.setattr(R, "INITIAL_SIZES", (1, 1, 1, 1, 1, 1))
-    launched: list = []
+    launched, grown = [], set()
     original = GK._launch
-    monkeypatch.setattr(GK, "_launch", lambda backend, kernel, wave, *args: (
-        launched.append(len(wave)), original(backend, kernel, wave, *args))[1])
-    n = 45
-    table = pa.table({"p": pa.array([0] * 3 + [1] * 30 + [2] * 12, pa.int64()),
-                      "ts": pa.array(range(n), pa.int64()),
-                      "a": pa.array(np.arange(n) % 7, pa.int64())})
-    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n PATTERN ((A | B)* C) "
-              "DEFINE A AS COUNT(A.*) < 6, B AS a <> 3, C AS LAST(A.a) = a")
-    assert compare(clause, table)
-    assert launched[0] == 3 and len(launched) > 2 and launched[-1] < 3, launched
+
+    def spy(backend, kernel, wave, *args):
+        status = original(backend, kernel, wave, *args)
+        ctr = args[6]
+        launched.append(len(wave))
+        grown.update(int(b) for b in ctr[status == K.GROW, K.C_DETAIL])
+        return status
+    monkeypatch.setattr(GK, "_launch", spy)
+    parts = [0] * 3 + [1] * 16 + [2] * 8
+    table = pa.table({"p": pa.array(parts, pa.int64()), "ts": pa.array(range(27), pa.int64()),
+                      "a": pa.array(np.arange(27) % 3, pa.int64())})
+    for body in ["PATTERN ((A | B)* C) DEFINE A AS COUNT(A.*) < 6, B AS a <> 3, "
+                 "C AS LAST(A.a) = a",
+                 "AFTER MATCH SKIP TO NEXT ROW PATTERN (A B+) DEFINE B AS B.a > A.a"]:
+        launched.clear()
+        assert compare(f"PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n {body}", table)
+        assert launched[0] == 3 and len(launched) > 2 and launched[-1] < 3, launched
+    assert grown == set(range(6)), grown
+
+
+def _failed_partitions(monkeypatch) -> list:
+    """The partitions each device run hands to the reference engine."""
+    seen: list = []
+    original = GK.run_on_device
+
+    def spy(*args):
+        found = original(*args)
+        seen.append(found[-1])
+        return found
+    monkeypatch.setattr(GK, "run_on_device", spy)
+    return seen
 
 
 def test_growth_with_a_fallback_in_one_partition(monkeypatch):
@@ -158,26 +182,30 @@ def test_growth_with_a_fallback_in_one_partition(monkeypatch):
         "a": pa.array(ys + xs + ys, pa.int64())})
     clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n "
               "PATTERN (A B B) DEFINE B AS B.a > A.a - 0.5")
+    failed = _failed_partitions(monkeypatch)
     assert compare(clause, table)
+    assert failed == [[0]]
 
 
-@pytest.mark.parametrize("define", [
-    "B AS A.a / b > 0",                              # division by zero in one partition
-    "B AS SUM(B.a / B.b) > 0",                       # ... inside an aggregate's argument
-    "B AS B.a * (1 - b) * 4611686018427387904 >= 0",       # BIGINT overflow
-    "B AS SUM(B.a * (1 - B.b) * 2305843009213693952) >= 0",  # a sum leaving int64
-    "B AS (1 - b) * 9007199254740993 >= a * 1.0",          # int vs double past 2**53
+@pytest.mark.parametrize("define, failing", [
+    ("B AS A.a / b > 0", [1, 2]),                              # division by zero
+    ("B AS SUM(B.a / B.b) > 0", [1, 2]),                       # ... in an aggregate's argument
+    ("B AS B.a * (1 - b) * 4611686018427387904 >= 0", [1, 2]),  # BIGINT overflow
+    ("B AS SUM(a * (1 - b) * 3458764513820540928) >= 0", [2]),  # a sum leaving int64
+    ("B AS (1 - b) * 9007199254740993 >= a * 1.0", [1, 2]),      # int vs double past 2**53
 ])
-def test_errors_and_fallbacks_give_the_reference_outcome(define):
+def test_errors_and_fallbacks_give_the_reference_outcome(define, failing, monkeypatch):
     # where b = 0 (late in partition 1, early in partition 2; never in 0) the
-    # kernel stops: the reference reruns 1 and 2 in order, giving the first
-    # one's error as it does, or their matches
+    # kernel stops: the reference reruns those partitions in order, giving
+    # the first one's error as it does, or their matches
     table = pa.table({"p": pa.array([0] * 5 + [1] * 6 + [2] * 4, pa.int64()),
                       "ts": pa.array(range(15), pa.int64()),
                       "a": pa.array([1, 2, 3, 1, 2, 1, 2, 3, 1, 2, 3, 2, 2, 3, 4], pa.int64()),
                       "b": pa.array([1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 1, 1], pa.int64())})
     clause = f"PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) DEFINE {define}"
+    failed = _failed_partitions(monkeypatch)
     assert compare(clause, table)
+    assert failed == [failing], failed
 
 
 @pytest.mark.parametrize("clause", [
@@ -186,10 +214,12 @@ def test_errors_and_fallbacks_give_the_reference_outcome(define):
     "PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO LAST C "
     "PATTERN (A B+ C?) DEFINE B AS B.a > A.a",
 ])
-def test_skip_errors_are_the_reference_engines(clause):
+def test_skip_errors_are_the_reference_engines(clause, monkeypatch):
     table = pa.table({"p": pa.array([0, 0, 0, 1, 1, 1], pa.int64()),
                       "ts": pa.array(range(6), pa.int64()), "a": pa.array([1, 2, 3, 1, 2, 3])})
+    failed = _failed_partitions(monkeypatch)
     assert compare(clause, table)
+    assert failed and failed[0][0] == 0, failed
 
 
 def test_partitions_run_in_waves(monkeypatch):
@@ -227,3 +257,68 @@ def test_queries_differing_in_constants_share_the_device_kernel():
 ])
 def test_first_sizes_follow_partition_lengths(lengths, want):
     assert G.first_sizes(np.array(lengths)).tolist() == want
+
+
+# A process without the simulator: where a CUDA toolkit's NVVM is found (a GPU
+# machine, or CUDA_HOME naming a toolkit), the query's kernel and the gather
+# kernel compile to PTX with the argument types find_matches_on_device
+# passes, and the device's math primitives in place of numpy's.
+_PTX_SCRIPT = r"""
+import sys
+import numpy as np
+import pyarrow as pa
+import numba
+from numba import cuda
+try:
+    from numba.cuda.cudadrv.nvvm import NVVM
+    NVVM()
+except Exception as exc:
+    print(f"no NVVM: {exc}")
+    sys.exit(77)
+if not cuda.is_available():
+    import numba.cuda.dispatcher as D
+
+    class Device:               # device functions compile for an H100's capability
+        compute_capability = (9, 0)
+    D.get_current_device = lambda: Device()
+from gpu_mr import backend as B
+from gpu_mr.analysis import analyze
+from gpu_mr.engines import gpu_registers as G
+from gpu_mr.frames import sort_for_matching
+from gpu_mr.syntax import parse_clause
+
+compiled = []
+
+
+class PtxOnly(B.Backend):
+    def to_device(self, array):
+        return np.ascontiguousarray(array)
+
+    def launch(self, kernel, jobs, *args):
+        sig = tuple(numba.typeof(a) for a in args)
+        ptx, _ = cuda.compile_ptx(kernel.py_func, sig, cc=(9, 0))
+        compiled.append(kernel.py_func.__name__)
+
+
+t = pa.table({"p": [1, 1, 1, 2], "t": [1, 2, 3, 1], "x": [5, 3, 4, 2],
+              "y": [0.5, -1.5, 2.0, 7.0]})
+q = analyze(parse_clause(
+    "PARTITION BY p ORDER BY t MEASURES COUNT(*) AS n AFTER MATCH SKIP TO LAST B "
+    "PATTERN (A B+ C) DEFINE B AS x < A.x AND FLOOR(y) <= CEIL(A.y) AND y % 2.0 < 3 "
+    "AND PREV(CLASSIFIER()) <> 'C', C AS AVG(B.y) < y AND SUM(B.x) / x > MIN(x)"), t.schema)
+data = sort_for_matching(t, q.partition_columns, q.order_keys)
+G.find_matches_on_device(PtxOnly(np, cuda, False, "ptx"), q, data)
+print(" ".join(sorted(set(compiled))))
+"""
+
+
+def test_kernels_compile_for_a_device_where_nvvm_is_found():
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", _PTX_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode == 77:
+        pytest.skip(done.stdout.strip())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["gather_output", "partition_kernel"], done.stdout

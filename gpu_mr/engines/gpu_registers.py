@@ -34,8 +34,7 @@ import numpy as np
 from .. import backend as B
 from ..analysis import CheckedQuery
 from ..frames import SortedInput
-from ..kernels import gpu_registers as GK
-from ..kernels import registers as K
+from ..kernels import registers as K     # numba-free; kernels.gpu_registers is imported on use
 from . import registers as R
 from .base import MatchArrays
 
@@ -111,6 +110,7 @@ def find_matches_on_device(backend: B.Backend, query: CheckedQuery, data: Sorted
                d(plan.excl), int(plan.skip_kind), d(plan.skip_set),
                d(np.array(plan.layout.init_i or [0], dtype=np.int64)),
                d(np.array(plan.layout.init_f or [0.0], dtype=np.float64)))
+    from ..kernels import gpu_registers as GK
     kernel = device_kernel(backend, plan.source)
     arrays, label_offsets, failed = GK.run_on_device(
         backend, kernel, data.partition_offsets, program, columns, first_sizes, len(plan.op),
@@ -166,6 +166,7 @@ def device_kernel(backend: B.Backend, source: str):
     hit = _DEVICE_KERNELS.get(key)
     if hit is not None:
         return hit
+    from ..kernels import gpu_registers as GK
     cuda = backend.cuda
     header = [f"# numba.cuda, {'simulated' if backend.simulated else 'device'}",
               "from numba import cuda"]
