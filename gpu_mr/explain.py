@@ -89,7 +89,13 @@ def _engine_lines(query: CheckedQuery, schema_known: bool) -> list:
 def _gpu_path(query: CheckedQuery) -> list:
     from .engines.cpu import choose_path
     if choose_path(query)[0] == "registers":
-        return ["the CPU engine's register machine (the DEFINEs read the match so far)"]
+        from .engines.gpu_registers import device_registers_reason
+        reason = device_registers_reason(query)
+        if reason is None:
+            return ["the register machine on the device, one thread per partition (the "
+                    "DEFINEs read the match so far); measures on the host"]
+        return [f"the CPU engine's register machine (the DEFINEs read the match so far; "
+                f"not on the device: {reason})"]
     lines = ["DEFINE masks on the device where the device mask compiler covers them, else "
              "on the host; class ids bit-packed on the device",
              "leftmost-first DFA scan as numba.cuda kernels: speculative chunks of every "

@@ -109,13 +109,13 @@ def test_skip_errors_are_the_references():
     assert messages[0] == messages[1]
 
 
-def test_state_dependent_queries_run_on_the_cpu_register_machine():
+def test_state_dependent_queries_run_on_the_device_register_machine():
     t = v_shape(200, 3, 5)
     q = ("PARTITION BY sym ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
          "DEFINE B AS price < AVG(B.price) + 1 AND COUNT(B.*) < 4")
     got = gpu_mr.match_recognize(t, q, engine="gpu")
     assert got.equals(gpu_mr.match_recognize(t, q, engine="reference"))
-    assert gpu_mr.engines._AVAILABLE["gpu"].last_run.path == "cpu registers"
+    assert gpu_mr.engines._AVAILABLE["gpu"].last_run.path == "device registers"
 
 
 def test_many_variables_and_empty_input():

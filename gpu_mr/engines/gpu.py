@@ -76,14 +76,28 @@ class GpuEngine:
         return self._cpu.path_of(query)[1]
 
     def path_of(self, query: CheckedQuery) -> str:
-        """"device" (masks and DFA on the device) or "cpu registers"."""
-        return "cpu registers" if self._cpu.path_of(query)[0] == "registers" else "device"
+        """"device" (masks and DFA on the device), "device registers" (the
+        register machine on the device) or "cpu registers" (the CPU
+        engine's, where the device's cannot hold the query)."""
+        if self._cpu.path_of(query)[0] != "registers":
+            return "device"
+        from .gpu_registers import device_registers_reason
+        return "cpu registers" if device_registers_reason(query) else "device registers"
 
     def find_matches(self, query: CheckedQuery, data: SortedInput):
-        if self.path_of(query) == "cpu registers":
+        path = self.path_of(query)
+        if path == "device registers":
+            from .gpu_registers import find_matches_on_device
+            matches = find_matches_on_device(B.detect(), query, data)
+            self.last_run = RunInfo(path, "a DEFINE depends on the match so far: the register "
+                                    "machine runs on the device, one thread per partition")
+            return matches
+        if path == "cpu registers":
+            from .gpu_registers import device_registers_reason
             matches = self._cpu.find_matches(query, data)
-            self.last_run = RunInfo("cpu registers", "a DEFINE depends on the match so far: "
-                                    "the CPU engine's register machine runs it")
+            self.last_run = RunInfo(path, "a DEFINE depends on the match so far, and the "
+                                    "device's register machine cannot run it ("
+                                    f"{device_registers_reason(query)}): the CPU engine's does")
             return matches
         if data.table.num_rows == 0:
             self.last_run = RunInfo("device", "no rows")
