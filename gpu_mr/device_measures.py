@@ -53,6 +53,7 @@ import numpy as np
 import pyarrow as pa
 
 from .analysis import CheckedQuery
+from .pattern.nfa import compile_nfa, edge_variables
 from .syntax import ast as A
 
 
@@ -110,9 +111,18 @@ def _ids(query: CheckedQuery, var: Optional[str]):
     return tuple(sorted(order[name] for name in names))
 
 
-def _form(query: CheckedQuery, e: A.Expr) -> Union[tuple, str]:
-    """The device form of measure expression ``e``, or why there is none."""
+def _form(query: CheckedQuery, e: A.Expr, edges: tuple) -> Union[tuple, str]:
+    """The device form of measure expression ``e``, or why there is none.
+    ``edges``: the pattern's ``(first, last)`` edge variables."""
     schema = query.input_schema
+
+    def land(kind: str, var: Optional[str], k: int) -> tuple:
+        ids = _ids(query, var)
+        if ids is not None and k == 0 and edges[kind == "LAST"] <= frozenset(ids):
+            # every match begins (ends) with one of ids: its first (last) row,
+            # by index arithmetic, no walk over the labels (as measures.py)
+            ids = None
+        return (kind, ids, k)
 
     def column_type(ref: A.ColumnRef) -> pa.DataType:
         return schema.field(ref.resolved).type
@@ -125,15 +135,15 @@ def _form(query: CheckedQuery, e: A.Expr) -> Union[tuple, str]:
     if isinstance(e, A.MatchNumber):
         return ("number",)
     if isinstance(e, A.Classifier):
-        return ("label", ("LAST", _ids(query, e.var), 0))
+        return ("label", land("LAST", e.var, 0))
     if isinstance(e, A.ColumnRef):
-        return value(e, ("LAST", _ids(query, e.var), 0))
+        return value(e, land("LAST", e.var, 0))
     if isinstance(e, A.Navigation):
         if e.kind not in ("FIRST", "LAST"):
             return f"{e.kind} is not computed on the device"
         if not isinstance(e.offset, A.Literal) or not isinstance(e.offset.value, int):
             return f"{e.to_sql()}: the offset is not a constant"
-        landing = (e.kind, _ids(query, e.arg.var), int(e.offset.value)) if isinstance(
+        landing = land(e.kind, e.arg.var, int(e.offset.value)) if isinstance(
             e.arg, (A.ColumnRef, A.Classifier)) else None
         if isinstance(e.arg, A.Classifier):
             return ("label", landing)
@@ -163,18 +173,42 @@ def _form(query: CheckedQuery, e: A.Expr) -> Union[tuple, str]:
     return f"{e.to_sql()} is not computed on the device"
 
 
+# (query, its forms) of the last query seen: explain(), the engine's check
+# and each device run of one compiled query share one analysis of it.
+_last_forms: tuple = (None, None)
+
+
 def _forms(query: CheckedQuery) -> Union[list, str]:
     """``[(measure, form)]``, or the reason for the first measure that has
     no device form."""
+    global _last_forms
+    last = _last_forms                  # one read: another thread may replace it
+    if last[0] is query:
+        return last[1]
     if query.rows_per_match != "ONE":
-        return "ALL ROWS PER MATCH: measures on the host"
-    out = []
-    for m in query.measures:
-        form = _form(query, m.expr)
-        if isinstance(form, str):
-            return f"measure {m.name}: {form}"
-        out.append((m, form))
+        out = "ALL ROWS PER MATCH: measures on the host"
+    else:
+        edges = edge_variables(compile_nfa(query.pattern, query.primary_vars))
+        out = []
+        for m in query.measures:
+            form = _form(query, m.expr, edges)
+            if isinstance(form, str):
+                out = f"measure {m.name}: {form}"
+                break
+            out.append((m, form))
+    _last_forms = (query, out)
     return out
+
+
+def _needs_paths(form: tuple) -> bool:
+    """Whether a form reads the matches' labels (else starts, ends and
+    numbers serve)."""
+    kind = form[0]
+    if kind in ("number", "rows"):
+        return False
+    if kind == "value":
+        return form[3][1] is not None       # a landing on some variable's rows
+    return True
 
 
 def device_measures_reason(query: CheckedQuery) -> Optional[str]:
@@ -196,6 +230,17 @@ def device_measures_reason(query: CheckedQuery) -> Optional[str]:
     """
     forms = _forms(query)
     return forms if isinstance(forms, str) else None
+
+
+def device_measures_need_paths(query: CheckedQuery) -> bool:
+    """Whether :func:`measures_on_device` reads the matches' recovered
+    paths (``DeviceMatches.labels``): False when every measure is
+    MATCH_NUMBER(), COUNT(*) or a value at a row found by index arithmetic
+    (the match's last row, FIRST/LAST over every row, or of a variable that
+    every match begins or ends with), so that recovery can be skipped. True
+    for a query outside the device subset."""
+    forms = _forms(query)
+    return isinstance(forms, str) or any(_needs_paths(form) for _, form in forms)
 
 
 def device_measure_columns(query: CheckedQuery) -> list:
@@ -253,7 +298,8 @@ def _host_values(arr: pa.Array, dtype: np.dtype) -> np.ndarray:
 def measures_on_device(backend, query: CheckedQuery, columns: dict,
                        found) -> Union[dict, str]:
     """``{measure name: pyarrow.Array}`` with one value per match of
-    ``found`` (a path-recovered ``DeviceMatches``), in its order, equal in
+    ``found`` (a ``DeviceMatches``, its paths recovered unless
+    :func:`device_measures_need_paths` says they are not read), in its order, equal in
     value and Arrow type to what ``measures.assemble`` puts in those
     columns; or the reason the device form is not exact for this query or
     this data (the caller then runs the host measures). ``columns``: from
@@ -265,6 +311,8 @@ def measures_on_device(backend, query: CheckedQuery, columns: dict,
     missing = [c for c in device_measure_columns(query) if c not in columns]
     if missing:
         return f"column {missing[0]} is not on the device"
+    if found.labels is None and device_measures_need_paths(query):
+        return "the matches' paths were not recovered"
     m = int(found.starts.shape[0])
     if m == 0:
         return {meas.name: pa.nulls(0, meas.type.arrow()) for meas, _ in forms}

@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 from gpu_mr import backend as B
 from gpu_mr.analysis import analyze
-from gpu_mr.device_measures import (device_measure_columns, device_measures_reason,
-                                    load_columns, measures_on_device)
+from gpu_mr.device_measures import (device_measure_columns, device_measures_need_paths,
+                                    device_measures_reason, load_columns, measures_on_device)
 from gpu_mr.engines import gpu as G
 from gpu_mr.errors import GpuMrError
 from gpu_mr.frames import sort_for_matching
@@ -325,6 +325,38 @@ def test_columns_read():
     clause = ("ORDER BY ts MEASURES SUM(B.y) AS s, FIRST(x) AS f, COUNT(*) AS n, "
               "MAX(B.y) AS m PATTERN (A B*) DEFINE B AS k > 1")
     assert device_measure_columns(analyze(parse_clause(clause), T.schema)) == ["x", "y"]
+
+
+def test_paths_needed_only_where_labels_are_read():
+    def needs(measures: str) -> bool:
+        return device_measures_need_paths(analyze(parse_clause(
+            f"ORDER BY ts MEASURES {measures} PATTERN (A B+ C?) "
+            "DEFINE B AS x > 1, C AS x > 2"), T.schema))
+    assert not needs("MATCH_NUMBER() AS n, COUNT(*) AS c, FIRST(A.ts) AS f, LAST(ts) AS l, "
+                     "FIRST(y, 2) AS f2, x AS x")
+    for m in ("LAST(B.ts)", "CLASSIFIER()", "FIRST(A.ts, 1)", "COUNT(B.*)", "SUM(x)",
+              "MIN(y)", "COUNT(x)", "PREV(x)"):
+        assert needs(f"{m} AS m"), m
+    # without recovery, the measures that need no path are the host's
+    clause = ("PARTITION BY p ORDER BY ts MEASURES MATCH_NUMBER() AS n, COUNT(*) AS c, "
+              "FIRST(A.y) AS f, LAST(x) AS l, LAST(y, 1) AS l1 AFTER MATCH SKIP TO NEXT ROW "
+              "PATTERN (A B* C?) DEFINE B AS k >= 1, C AS y > 1")
+    query = analyze(parse_clause(clause), T.schema)
+    data = sort_for_matching(T, query.partition_columns, query.order_keys)
+    gpu = G.GpuEngine()
+    classes, tables_ = gpu.prepare(query, data)
+    backend = B.detect()
+    found, _ = G.scan(backend, query, classes, data.partition_offsets, tables_, 3)
+    columns = load_columns(backend, data.table, device_measure_columns(query))
+    got = measures_on_device(backend, query, columns, found)
+    needing = analyze(parse_clause(clause.replace("AS l1", "AS l1, COUNT(B.*) AS nb")),
+                      T.schema)
+    assert "not recovered" in measures_on_device(backend, needing, columns, found)
+    G.recover(backend, classes, data.partition_offsets, found, tables_)
+    want = assemble(query, data, found.to_host(backend))
+    assert len(want) > 3
+    for name, arr in got.items():
+        assert same_values(arr, want.column(name).combine_chunks()), name
 
 
 def run_device(clause: str, table: pa.Table):
