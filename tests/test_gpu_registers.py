@@ -97,7 +97,7 @@ def timed_tables(draw):
 _SUPPORTED: list = []
 
 
-@settings(max_examples=600 if FULL else 40, deadline=None,
+@settings(max_examples=3000 if FULL else 150, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(queries(), timed_tables())
 def test_device_registers_equal_host_and_reference(clause, table):
@@ -222,9 +222,10 @@ def test_skip_errors_are_the_reference_engines(clause, monkeypatch):
     assert failed and failed[0][0] == 0, failed
 
 
-def test_partitions_run_in_waves(monkeypatch):
-    monkeypatch.setattr(GK, "MAX_JOBS", 2)
-    table = _ticks(rows=90, symbols=5)
+def test_partitions_run_in_waves_of_several_blocks(monkeypatch):
+    # 30 partitions in waves of at most 20: blocks of 8 simulated threads
+    monkeypatch.setattr(GK, "MAX_JOBS", 20)
+    table = _ticks(rows=300, symbols=30)
     assert compare("PARTITION BY symbol ORDER BY ts MEASURES COUNT(*) AS n "
                    + _TICKS_QUERIES[1], table)
 
