@@ -1,8 +1,9 @@
 """MEASURES of ONE ROW PER MATCH computed on the device, next to the matches.
 
 What: for a ONE ROW PER MATCH query whose every measure is in the device
-subset, the GPU engine's matches (``engines.gpu.DeviceMatches``, path
-recovered) and the input columns the measures read (moved to the device
+subset, the GPU engine's matches (``engines.gpu.DeviceMatches``, with
+their recovered paths where a measure reads labels: see
+:func:`device_measures_need_paths`) and the input columns the measures read (moved to the device
 once, :func:`load_columns`) give each measure's value per match on the
 device; only those per-match values (and a few flags) come to the host,
 where they become Arrow arrays. The subset:
@@ -35,13 +36,14 @@ values; a value read from a column is cast to the column's SQL type as the
 host's gather is. The per-match kernels are kernels/segmented.py's bodies
 compiled for the device (kernels/gpu_measures.py).
 
-Why: the host measures need the whole per-row path (labels, one byte and
-more per matched row) and the columns on the host; here the O(matches)
-results are all that crosses, and the columns the DEFINEs already moved
-serve again.
+Why: the host measures need the whole per-row path (labels, three bytes
+per matched row) and the columns on the host; here the O(matches) results
+are all that crosses, and columns already on the device serve as they are.
 Cost on the device: per measure one thread per match over its elements
 (O(total match length)), or O(matches) index arithmetic for MATCH_NUMBER,
-COUNT(*) and FIRST/LAST over every row; transfers: one or two per-match
+COUNT(*) and FIRST/LAST over every row or of a variable that every match
+begins (ends) with (``nfa.edge_variables``, as measures.py); landings
+shared by measures are computed once. Transfers: one or two per-match
 arrays per measure (8 bytes a match) and one flag scalar per aggregate.
 """
 

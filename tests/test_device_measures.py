@@ -288,6 +288,34 @@ def test_double_sums_are_sequential():
     assert check(clause, T) == COMPARED
 
 
+def test_other_column_types():
+    # float32, date64, duration in seconds (cast to the SQL INTERVAL's ns),
+    # uint64 and uint16, int8 with NULLs, timestamps in seconds
+    rng = np.random.default_rng(5)
+    n = 30
+    t = pa.table({
+        "ts": np.arange(n), "x": rng.integers(0, 4, n),
+        "f32": pa.array(rng.choice([0.1, -0.0, 0.0, 1e30, -2.5], n).astype(np.float32),
+                        pa.float32(), mask=rng.random(n) < 0.2),
+        "d64": pa.array(rng.integers(0, 9, n) * 86_400_000, pa.int64()).cast(pa.date64()),
+        "ds": pa.array(rng.integers(-5, 5, n), pa.int64()).cast(pa.duration("s")),
+        "u64": pa.array(rng.integers(0, 2**40, n).astype(np.uint64), pa.uint64()),
+        "i8": pa.array(rng.integers(-128, 127, n), pa.int8(), mask=rng.random(n) < 0.2),
+        "tsec": pa.array(rng.integers(0, 10**9, n), pa.int64()).cast(pa.timestamp("s")),
+        "u16": pa.array(rng.integers(0, 60000, n), pa.uint16()),
+    })
+    measures = ["FIRST(f32)", "LAST(B.f32, 1)", "SUM(f32)", "AVG(B.f32)", "MIN(f32)",
+                "MAX(B.f32)", "FIRST(d64)", "MIN(d64)", "MAX(B.d64)", "LAST(ds)", "MIN(ds)",
+                "MAX(u64)", "FIRST(u64)", "SUM(i8)", "AVG(i8)", "MIN(i8)", "LAST(B.i8)",
+                "MAX(tsec)", "LAST(tsec)", "SUM(u16)", "AVG(B.u16)", "COUNT(B.i8)",
+                "COUNT(f32)"]
+    for skip in ("PAST LAST ROW", "TO NEXT ROW"):
+        clause = ("ORDER BY ts MEASURES " + ", ".join(f"{m} AS m{i}"
+                                                       for i, m in enumerate(measures))
+                  + f" AFTER MATCH SKIP {skip} PATTERN (A B*) DEFINE A AS x = 0, B AS x > 0")
+        assert check(clause, t, 4) == COMPARED
+
+
 # ---- declines
 
 def reason_of(measures: str, rows: str = "") -> str:
