@@ -89,11 +89,14 @@ def _engine_lines(query: CheckedQuery, schema_known: bool) -> list:
 def _gpu_path(query: CheckedQuery) -> list:
     from .engines.cpu import choose_path
     if choose_path(query)[0] == "registers":
+        from .engines.gpu import REGISTERS_MIN_PARTITIONS
         from .engines.gpu_registers import device_registers_reason
         reason = device_registers_reason(query)
         if reason is None:
             return ["the register machine on the device, one thread per partition (the "
-                    "DEFINEs read the match so far); measures on the host"]
+                    f"DEFINEs read the match so far; under {REGISTERS_MIN_PARTITIONS:,} "
+                    "partitions the CPU engine's, which runs them on all cores, finishes "
+                    "first and runs instead); measures on the host"]
         return [f"the CPU engine's register machine (the DEFINEs read the match so far; "
                 f"not on the device: {reason})"]
     lines = ["DEFINE masks on the device where the device mask compiler covers them, else "

@@ -255,3 +255,17 @@ def test_a_long_partition_in_many_batches_on_the_gpu():
         gpu.chunk_rows = None
     assert len(pieces) > 5
     assert pa.concat_tables(pieces).equals(gpu_mr.match_recognize(t, q, engine="cpu"))
+
+
+def test_few_partitions_leave_the_register_machine_to_the_cpu(monkeypatch):
+    # On a device one thread per partition is slower than the CPU engine's
+    # cores below REGISTERS_MIN_PARTITIONS (the simulator runs it anyway).
+    import dataclasses
+    monkeypatch.setattr(B, "_detected", dataclasses.replace(B.detect(), simulated=False))
+    t = v_shape(200, 3, 5)
+    q = ("PARTITION BY sym ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
+         "DEFINE B AS price < AVG(B.price) + 1")
+    got = gpu_mr.match_recognize(t, q, engine="gpu")
+    assert got.equals(gpu_mr.match_recognize(t, q, engine="reference"))
+    run = gpu_mr.engines._AVAILABLE["gpu"].last_run
+    assert run.path == "cpu registers" and "3 partitions are too few" in run.reason

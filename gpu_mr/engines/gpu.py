@@ -86,9 +86,27 @@ class GpuEngine:
 
     def find_matches(self, query: CheckedQuery, data: SortedInput):
         path = self.path_of(query)
+        backend = B.detect()
+        if (path == "device registers" and not backend.simulated
+                and data.num_partitions < REGISTERS_MIN_PARTITIONS):
+            matches = self._cpu.find_matches(query, data)
+            self.last_run = RunInfo("cpu registers", "a DEFINE depends on the match so far, "
+                                    f"and {data.num_partitions:,} partitions are too few for "
+                                    "the device's register machine (one thread each): the "
+                                    "CPU engine's runs it")
+            return matches
         if path == "device registers":
             from .gpu_registers import find_matches_on_device
-            matches = find_matches_on_device(B.detect(), query, data)
+            try:
+                matches = find_matches_on_device(backend, query, data)
+            except Exception as exc:
+                if not backend.is_out_of_memory(exc):
+                    raise
+                backend.release_memory()
+                self.last_run = RunInfo("cpu registers", "a DEFINE depends on the match so "
+                                        f"far; the device ran out of memory ({exc}): the "
+                                        "CPU engine's register machine runs it")
+                return self._cpu.find_matches(query, data)
             self.last_run = RunInfo(path, "a DEFINE depends on the match so far: the register "
                                     "machine runs on the device, one thread per partition")
             return matches
@@ -102,7 +120,6 @@ class GpuEngine:
         if data.table.num_rows == 0:
             self.last_run = RunInfo("device", "no rows")
             return MatchArrays.empty()
-        backend = B.detect()
         offsets = data.partition_offsets
         budget = self.max_rows or device_row_budget(backend, data.table.num_rows)
         groups = partition_groups(offsets, budget)
@@ -313,6 +330,12 @@ class GpuEngine:
         recover(backend, classes, data.partition_offsets, found, tables, continues=continues)
         return found.to_host(backend), resume
 
+
+# The device's register machine runs one thread per partition, each much
+# slower than a CPU core: below this many partitions the CPU engine's
+# machine (partitions on all cores) finishes first. (The simulator runs the
+# device's at any count: there it is for testing, not speed.)
+REGISTERS_MIN_PARTITIONS = 4096
 
 # Device bytes per input row a run needs, beyond the DEFINE columns: masks
 # and class ids, the scan's slots (twice, for repairs), memo and scratch;
