@@ -62,7 +62,8 @@ from .syntax import ast as A
 class DeviceColumn(NamedTuple):
     """An input column on the device: ``values`` (a numpy-dtype device
     array, one per row: integers and floats as they are, booleans as 0/1
-    bytes, dates, timestamps and durations as their integer storage; None
+    bytes (bool arrays serve too), dates, timestamps and durations as their
+    integer storage; None
     for other types, of which only the validity is moved), ``valid`` (device
     bool per row, None when the column has no NULL) and its Arrow ``type``."""
     values: object
@@ -432,8 +433,10 @@ class _Run:
             counts = K.count_per_match(self.b, *args, valid=valid)
             return pa.array(self.to_host(counts), pa.int64())
         if kind in ("MIN", "MAX"):
-            rows, nan = K.extreme_per_match(self.b, col.values, *args, kind == "MAX",
-                                            valid=valid)
+            keys = col.values
+            if keys.dtype == np.bool_:      # booleans held as bool (device_input.py): as bytes
+                keys = keys.view(np.uint8)
+            rows, nan = K.extreme_per_match(self.b, keys, *args, kind == "MAX", valid=valid)
             if nan:
                 return "NaN among the values (Python's MIN/MAX then depends on the order)"
             return self.gather(column, rows, form[3])

@@ -422,6 +422,27 @@ def test_declines_at_run_time_where_inexact():
         "ORDER BY ts MEASURES SUM(u) AS x PATTERN (A+) DEFINE A AS TRUE"), big.schema))
 
 
+def test_columns_as_plain_tuples_with_bool_values():
+    # as the engine's device inputs hand them: (values, valid, type), booleans as bool
+    clause = ("PARTITION BY p ORDER BY ts MEASURES MIN(flag) AS lo, MAX(B.flag) AS hi, "
+              "LAST(flag) AS l, COUNT(flag) AS n, SUM(i32) AS s PATTERN (A B*) "
+              "DEFINE A AS a > 0, B AS c < 3")
+    table = typed_table(40, 2, 7)
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    backend = B.detect()
+    found = device_matches(query, data, 5)
+    columns = {name: (backend.to_device(backend.to_host(col.values).astype(bool))
+                      if col.type == pa.bool_() else col.values, col.valid, col.type)
+               for name, col in load_columns(backend, data.table,
+                                             device_measure_columns(query)).items()}
+    got = measures_on_device(backend, query, columns, found)
+    want = assemble(query, data, found.to_host(backend))
+    assert len(want) > 3
+    for name, arr in got.items():
+        assert same_values(arr, want.column(name).combine_chunks()), name
+
+
 def test_load_columns_types_and_nulls():
     backend = B.detect()
     t = typed_table(3, 1, 1).append_column("x", pa.array([1, None, 3], pa.int8()))
