@@ -6,10 +6,10 @@ read as device arrays, each fetched once however many stages read it:
 ``column(name)`` gives ``(values, valid)``, values in the column's storage
 width (booleans as bool, dates, times, timestamps and durations as their
 integer storage) with NULL rows holding 0, and ``valid`` a bool array only
-when the column has NULLs; ``key(name)`` the same for a sort key, strings
-as int32 ranks of their distinct values; ``take(name, rows)`` an Arrow
-array of a column at some input rows (the output's partition columns,
-O(matches)). Two sources:
+when the column has NULLs (other types: values None, the validity alone);
+``key(name)`` the same for a sort key, strings as int32 ranks of their
+distinct values; ``take(name, rows)`` an Arrow array of a column at some
+input rows (the output's partition columns, O(matches)). Three sources:
 
 - ``from_arrow``: a pyarrow Table on the host; a column moves to the device
   on first use (through pinned staging buffers, transfer.py), and only the
@@ -18,6 +18,7 @@ O(matches)). Two sources:
   are shared, not copied (``Series.to_cupy(copy=False)``; a column with
   NULLs is filled once). String columns stay in cuDF: as keys they are
   declined (``reason``), and the pipeline then runs on the host path.
+- ``from_device_columns``: arrays already on the device (benchmarks).
 
 Why: DESIGN.md §6, data stays on the device from input to output. One
 interface for both sources keeps the stages free of where the data came from.
@@ -133,7 +134,11 @@ class _ArrowInput(DeviceInput):
         self.table = table
 
     def _fetch(self, name: str) -> tuple:
-        return self._to_device(*host_values(self.table.column(name)))
+        col = self.table.column(name)
+        if not fixed_width(_value_type(col.type)):     # its validity only (COUNT reads it)
+            valid = pc.is_valid(col).to_numpy(zero_copy_only=False) if col.null_count else None
+            return None, None if valid is None else to_device_staged(self.backend, valid)
+        return self._to_device(*host_values(col))
 
     def _fetch_ranks(self, name: str) -> tuple:
         return self._to_device(*host_values(string_ranks(self.table.column(name))))
@@ -209,10 +214,12 @@ class _CudfInput(DeviceInput):
     def _fetch(self, name: str) -> tuple:
         series = self.df[name]
         t = _value_type(self.schema.field(name).type)
+        to_device = self.backend.to_device           # no copy of a device array
+        if not fixed_width(t):                       # its validity only (COUNT reads it)
+            return None, to_device(series.notna().to_cupy()) if series.null_count else None
         if storage_type(t) is not None:
             # cupy has no datetime64: the same 8 (or 4) bytes as integers
             series = series.astype(storage_type(t).to_pandas_dtype())
-        to_device = self.backend.to_device           # no copy of a device array
         if not series.null_count:
             return to_device(series.to_cupy(copy=False)), None
         fill = False if pa.types.is_boolean(t) else 0

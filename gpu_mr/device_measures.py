@@ -3,8 +3,9 @@
 What: for a ONE ROW PER MATCH query whose every measure is in the device
 subset, the GPU engine's matches (``engines.gpu.DeviceMatches``, with
 their recovered paths where a measure reads labels: see
-:func:`device_measures_need_paths`) and the input columns the measures read (moved to the device
-once, :func:`load_columns`) give each measure's value per match on the
+:func:`device_measures_need_paths`) and the input columns the measures
+read (on the device once: ``device_input.DeviceInput.column``, in the
+matches' row order) give each measure's value per match on the
 device; only those per-match values (and a few flags) come to the host,
 where they become Arrow arrays. The subset:
 
@@ -74,8 +75,9 @@ class DeviceColumn(NamedTuple):
 # ---------------------------------------------------------------- the subset
 
 def _values_type(t: pa.DataType) -> Optional[np.dtype]:
-    """The numpy dtype :func:`load_columns` stores a column of Arrow type
-    ``t`` in, None where only its validity is moved."""
+    """The numpy dtype whose values the measures read for a column of Arrow
+    type ``t`` (``DeviceInput.column`` holds booleans as bool, read as
+    bytes), None where only its validity is read."""
     if pa.types.is_integer(t) or t in (pa.float32(), pa.float64()):
         return np.dtype(t.to_pandas_dtype())
     if pa.types.is_boolean(t):
@@ -252,50 +254,6 @@ def device_measure_columns(query: CheckedQuery) -> list:
                    if isinstance(n, A.ColumnRef)})
 
 
-# ---------------------------------------------------------------- columns
-
-def load_columns(backend, table: pa.Table, names) -> dict:
-    """``{name: DeviceColumn}`` for the columns ``names`` of ``table``,
-    moved to the device once (one copy each of the values and, where the
-    column has NULLs, of its validity). Rows are numbered as in ``table``:
-    the matches given to :func:`measures_on_device` must be numbered so too.
-
-    >>> import pyarrow as pa
-    >>> from gpu_mr import backend as B
-    >>> b = B.detect()
-    >>> cols = load_columns(b, pa.table({"x": [1, None, 3]}), ["x"])
-    >>> b.to_host(cols["x"].valid).tolist(), cols["x"].type
-    ([True, False, True], DataType(int64))
-    """
-    out = {}
-    for name in names:
-        col = table.column(name)
-        t = col.type
-        arr = (col.chunk(0) if col.num_chunks == 1 else
-               col.combine_chunks() if col.num_chunks else pa.array([], t))
-        valid = None
-        if arr.null_count:
-            valid = backend.to_device(
-                np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), dtype=bool))
-        dtype = _values_type(t)
-        values = None
-        if dtype is not None:
-            values = backend.to_device(_host_values(arr, dtype))
-        out[name] = DeviceColumn(values, valid, t)
-    return out
-
-
-def _host_values(arr: pa.Array, dtype: np.dtype) -> np.ndarray:
-    """A fixed-width array's values (whatever lies under its NULLs) as
-    ``dtype``, from its buffers."""
-    if pa.types.is_boolean(arr.type):
-        return np.asarray(arr.fill_null(False).to_numpy(zero_copy_only=False), dtype=np.uint8)
-    if not len(arr):
-        return np.zeros(0, dtype)
-    return np.frombuffer(arr.buffers()[1], dtype=dtype,
-                         count=arr.offset + len(arr))[arr.offset:]
-
-
 # ---------------------------------------------------------------- measures
 
 def measures_on_device(backend, query: CheckedQuery, columns: dict,
@@ -305,9 +263,10 @@ def measures_on_device(backend, query: CheckedQuery, columns: dict,
     :func:`device_measures_need_paths` says they are not read), in its order, equal in
     value and Arrow type to what ``measures.assemble`` puts in those
     columns; or the reason the device form is not exact for this query or
-    this data (the caller then runs the host measures). ``columns``: from
-    :func:`load_columns` over the table the matches' rows index, holding
-    at least :func:`device_measure_columns`."""
+    this data (the caller then runs the host measures). ``columns``:
+    ``{name: (values, valid, Arrow type)}`` as ``DeviceInput.column`` gives
+    them plus the type, in the row order the matches index, holding at
+    least :func:`device_measure_columns`."""
     forms = _forms(query)
     if isinstance(forms, str):
         return forms

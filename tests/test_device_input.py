@@ -170,3 +170,14 @@ def test_whole_pipeline_equals_reference(clause, table, descending):
         return
     got = gpu_mr.match_recognize(table, clause, engine="gpu")
     assert got.equals(want), f"\n{clause}\n{table.to_pydict()}"
+
+
+def test_count_of_a_string_column_reads_its_validity_on_the_device():
+    table = ticks(300, 3, 8, True)
+    names = pa.array([None if i % 7 == 0 else f"n{i % 5}" for i in range(table.num_rows)])
+    table = table.append_column("name", names)
+    clause = V_SHAPE.replace("COUNT(*) AS n", "COUNT(B.name) AS n")
+    got = gpu_mr.match_recognize(table, clause, engine="gpu")
+    assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
+    run = gpu_mr.engines._AVAILABLE["gpu"].last_run
+    assert run.reason.startswith("every stage on the device"), run

@@ -26,8 +26,10 @@ from hypothesis import strategies as st
 
 from gpu_mr import backend as B
 from gpu_mr.analysis import analyze
-from gpu_mr.device_measures import (device_measure_columns, device_measures_need_paths,
-                                    device_measures_reason, load_columns, measures_on_device)
+from gpu_mr.device_input import from_arrow
+from gpu_mr.device_measures import (DeviceColumn, device_measure_columns,
+                                    device_measures_need_paths, device_measures_reason,
+                                    measures_on_device)
 from gpu_mr.engines import gpu as G
 from gpu_mr.errors import GpuMrError
 from gpu_mr.frames import sort_for_matching
@@ -45,6 +47,12 @@ NUMBERS = ["a", "b", "f", "g", "i32", "u8"]                # SUM / AVG
 ORDERED = NUMBERS + ["flag", "d", "t", "dur"]               # MIN / MAX, values
 ANY = ORDERED + ["s"]                                       # COUNT
 
+
+
+def load_columns(backend, table: pa.Table, names) -> dict:
+    """The measures' columns as the GPU engine hands them (device_input.py)."""
+    source = from_arrow(backend, table)
+    return {n: DeviceColumn(*source.column(n), table.schema.field(n).type) for n in names}
 
 def typed_table(n: int, parts: int, seed: int) -> pa.Table:
     """``n`` rows in ``parts`` partitions (``ts`` with ties): the columns the
@@ -423,7 +431,7 @@ def test_declines_at_run_time_where_inexact():
 
 
 def test_columns_as_plain_tuples_with_bool_values():
-    # as the engine's device inputs hand them: (values, valid, type), booleans as bool
+    # as the engine hands them: (values, valid, type) tuples, booleans as bool
     clause = ("PARTITION BY p ORDER BY ts MEASURES MIN(flag) AS lo, MAX(B.flag) AS hi, "
               "LAST(flag) AS l, COUNT(flag) AS n, SUM(i32) AS s PATTERN (A B*) "
               "DEFINE A AS a > 0, B AS c < 3")
@@ -432,8 +440,7 @@ def test_columns_as_plain_tuples_with_bool_values():
     data = sort_for_matching(table, query.partition_columns, query.order_keys)
     backend = B.detect()
     found = device_matches(query, data, 5)
-    columns = {name: (backend.to_device(backend.to_host(col.values).astype(bool))
-                      if col.type == pa.bool_() else col.values, col.valid, col.type)
+    columns = {name: (col.values, col.valid, col.type)
                for name, col in load_columns(backend, data.table,
                                              device_measure_columns(query)).items()}
     got = measures_on_device(backend, query, columns, found)
@@ -443,12 +450,13 @@ def test_columns_as_plain_tuples_with_bool_values():
         assert same_values(arr, want.column(name).combine_chunks()), name
 
 
-def test_load_columns_types_and_nulls():
+def test_input_columns_types_and_nulls():
+    # as device_input.py hands them to the measures
     backend = B.detect()
     t = typed_table(3, 1, 1).append_column("x", pa.array([1, None, 3], pa.int8()))
     cols = load_columns(backend, t, ["x", "flag", "d", "t", "s"])
     assert cols["x"].values.dtype == np.int8 and cols["x"].valid is not None
-    assert backend.to_host(cols["flag"].values).dtype == np.uint8
+    assert backend.to_host(cols["flag"].values).dtype == np.bool_
     assert cols["d"].values.dtype == np.int32 and cols["t"].values.dtype == np.int64
     assert cols["s"].values is None and cols["s"].type == pa.string()
     chunked = pa.Table.from_batches(t.to_batches(max_chunksize=1))

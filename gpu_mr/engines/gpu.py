@@ -164,9 +164,10 @@ class GpuEngine:
         device_set = self._plan_for(query, schema)[2]
         if isinstance(device_set, str):
             return f"masks on the host: {device_set}"
+        # the masks' and the measures' own checks cover the columns they read
         return DMe.device_measures_reason(query) or columns_reason(
-            schema, sorted(set(device_set.columns) | set(DMe.device_measure_columns(query))),
-            list(query.partition_columns) + [k[0] for k in query.order_keys], ranks_keys)
+            schema, [], list(query.partition_columns) + [k[0] for k in query.order_keys],
+            ranks_keys)
 
     def run_table(self, query: CheckedQuery, table: pa.Table) -> Optional[pa.Table]:
         """``run_input`` over a pyarrow Table (its columns move to the
@@ -226,7 +227,8 @@ class GpuEngine:
             return None                 # the host path says why the reference engine runs
         classes, tables, n_states, n_classes = prepared
         found, _ = scan(backend, query, classes, offsets, tables, self.chunk_rows)
-        recover(backend, classes, offsets, found, tables)
+        if DMe.device_measures_need_paths(query):
+            recover(backend, classes, offsets, found, tables)
         measure_columns = in_order({name: source.column(name)
                                     for name in DMe.device_measure_columns(query)})
         values = DMe.measures_on_device(backend, query, {
