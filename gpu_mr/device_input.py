@@ -21,7 +21,7 @@ input rows (the output's partition columns, O(matches)). Three sources:
 - ``from_device_columns``: arrays already on the device (benchmarks).
 
 Why: DESIGN.md §6, data stays on the device from input to output. One
-interface for both sources keeps the stages free of where the data came from.
+interface for every source keeps the stages free of where the data came from.
 Cost: Arrow, per column read: one host pass (NULLs filled, temporals cast)
 and one transfer; strings as keys: one dictionary encode and a sort of the
 distinct values on the host. cuDF: nothing for columns without NULLs, one
