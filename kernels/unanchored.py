@@ -92,14 +92,18 @@ def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start
             c = m & 0xFF
             restart = (m >> 8) & 1
             # Branch-free: where a match ends (often) and where the search
-            # restarts at its end (as often) are data the CPU cannot predict.
-            best = q if c != 0 else best
-            code = c if c != 0 else code
-            pre[q] = start_other if restart else off >> shift
+            # restarts at its end (as often) are data the CPU cannot predict,
+            # so each choice is arithmetic (numba compiles `a if c else b`
+            # here to a branch, which cost a tenth of the scan's time).
+            ended = np.int64(c != 0)
+            best += ended * (q - best)
+            code += ended * (c - code)
+            state = off >> shift
+            pre[q] = state + restart * (start_other - state)
             out_end[out_base + n_out] = best          # kept only when n_out moves on
             out_code[out_base + n_out] = code
             n_out += restart
-            best = -1 if restart else best
+            best += restart * (-1 - best)
             off = m >> 9
             q += 1
             if off == 0:                 # rare: the search died, its match ended earlier
