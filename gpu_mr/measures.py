@@ -27,8 +27,10 @@ CLASSIFIER, column references, FIRST/LAST (RUNNING or FINAL, any variable or
 subset), PREV/NEXT around those, COUNT(*)/COUNT(X.*)/COUNT(X.c) and
 SUM/AVG/MIN/MAX(X.c). A per-variable prefix count of elements answers "the
 k-th first/last row of X up to element u" and counts; running SUM/MIN/MAX are
-segmented kernels (kernels/segmented.py). Each such measure reproduces the
-interpreter's value and Arrow type exactly. Any other measure, or one whose
+segmented kernels (kernels/segmented.py). An expression over these
+(arithmetic, CASE, comparisons, casts, functions) is evaluated around their
+arrays by the masks' evaluator (measure_exprs.py). Each such measure
+reproduces the interpreter's value and Arrow type exactly. Any other measure, or one whose
 data the vectorised form cannot reproduce exactly (a BIGINT sum that may
 overflow, NaN, an unusual column type), is evaluated row by row by the
 interpreter (interpreter.py), which is the semantics; ``vectorised=False``
@@ -53,6 +55,7 @@ from .analysis import CheckedQuery
 from .engines.base import MatchArrays, as_match_arrays
 from .errors import DataError
 from .frames import CHUNK_MIN_ROWS, MANY_CHUNKS, SortedInput, _string_piece, _valid_bytes
+from . import measure_exprs
 from .interpreter import INT64_MAX, INT64_MIN, Interpreter, MatchView, _nav_var
 from .kernels import gather as G
 from .kernels.segmented import (JIT_MIN_ELEMENTS, Segments, find_members, segmented_arg_extreme,
@@ -851,7 +854,26 @@ class _Vectors:
             return self._label_at(rows)
         if isinstance(e, A.Aggregate):
             return self._aggregate(e)
-        raise _Fallback
+        # an expression over the above: evaluated around their arrays
+        arr = measure_exprs.evaluate(self.q, e, e.type, self.n, self._leaf, self.has)
+        if arr is None:
+            raise _Fallback
+        return arr
+
+    def _leaf(self, e: A.Expr) -> Optional[pa.Array]:
+        """A leaf of a measure expression as an array (its gather done now),
+        or None where the interpreter must compute it."""
+        try:
+            arr = self._eval(e)
+            if isinstance(arr, _Pending):
+                arr = self.resolve({"leaf": arr})["leaf"]
+        except _Fallback:
+            return None
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+            return None
+        if arr is not None and e.type is not None and arr.type != e.type.arrow():
+            return None
+        return arr
 
     # -------------------------------------------------------- rows
     def _ids(self, var: Optional[str]):
