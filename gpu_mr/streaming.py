@@ -280,7 +280,10 @@ class _StreamRunner:
         if not final:
             last = len(offsets) - 2
             lo = int(offsets[last])
-            keep_from = max(lo, resume - self.look_back)
+            # Keep the partition's last row even when no search is undecided:
+            # without it the next batch could not tell whether its first row
+            # goes on with this partition (and its match count) or not.
+            keep_from = max(lo, min(resume, int(offsets[last + 1]) - 1) - self.look_back)
             continues = keep_from > lo or (last == 0 and carry.continues)
             in_last = int((matches.partition == last).sum())
             base = carry.number_base if last == 0 else 0
