@@ -134,7 +134,7 @@ def _cpu_path(query: CheckedQuery) -> list:
     else:
         first += (", as vectorised numpy passes bit-packed into per-row classes (not one "
                   f"compiled pass: {declined})")
-    if query.skip.kind == "PAST_LAST_ROW":
+    if query.skip.kind == "PAST_LAST_ROW" and query.time_limit is None:
         scan = ("unanchored leftmost-first DFA scan over the classes present, one step per "
                 "row, partitions in parallel (the anchored scan instead for a streamed batch, "
                 "an automaton past its cap, or a partition wider than a core's share of the "
@@ -146,6 +146,9 @@ def _cpu_path(query: CheckedQuery) -> list:
                 "candidate start row, partitions in parallel")
         recovery = ("path recovery (which variable each row took) from the DFA's thread "
                     "lineage, one job per match")
+    if query.time_limit is not None:
+        scan += (f"; each search stops at the first row out of time ({query.time_limit.to_sql()}"
+                 f" on {query.time_column}), a per-row horizon computed on the host")
     return [first, scan + "; the DFA is built lazily (beyond its state cap, or where a "
             "DEFINE raises at some row, the reference matcher runs instead)", recovery]
 
@@ -153,8 +156,8 @@ def _cpu_path(query: CheckedQuery) -> list:
 def _dfa_summary(query: CheckedQuery, program) -> str:
     if query.history_dependent:
         return "none (a DEFINE depends on the match so far: NFA simulation with registers)"
-    if query.mode is not None or query.time_limit is not None:
-        return "none (the matching mode or time limit needs NFA simulation)"
+    if query.mode is not None:
+        return "none (the matching mode needs NFA simulation)"
     n = len(query.primary_vars)
     if n > _EXPLAIN_MAX_VARS:
         return f"built lazily on the classes the data holds ({n} variables)"

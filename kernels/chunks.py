@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .scan import (SKIP_TO_FIRST, SKIP_TO_LAST, SKIP_TO_NEXT_ROW, recover_paths,
-                   register_jitable, scan_partition)
+from .scan import (SKIP_TO_FIRST, SKIP_TO_LAST, SKIP_TO_NEXT_ROW, horizon_args,
+                   recover_paths, register_jitable, scan_partition)
 
 try:
     from numba import prange
@@ -30,33 +30,35 @@ except ImportError:                  # the plain bodies still run without numba
 @register_jitable
 def scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open, trans,
                steps, end_accept, start_first, start_other, skip_mode, skip_vars, lineage,
-               match_thread, end_thread, out_start, out_end, counts, dead_state, scratch_states,
-               scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors):
+               match_thread, end_thread, horizon, timed, out_start, out_end, counts, dead_state,
+               scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+               slot_out, errors):
     """Speculative scan of chunk ``k`` (kernels/gpu_scan.py's header, step 1)."""
     counts[k] = scan_partition(
         classes, chunk_lo[k], chunk_hi[k], chunk_stop[k], chunk_lo[k], chunk_part_start[k],
         chunk_open[k], trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
-        lineage, match_thread, end_thread, out_start, out_end, dead_state, scratch_states,
-        scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors[k])
+        lineage, match_thread, end_thread, horizon, timed, out_start, out_end, dead_state,
+        scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out,
+        errors[k])
 
 
 @register_jitable
 def recover_match(i, classes, match_part_start, match_hi, starts, ends, label_offsets, trans,
-                  start_first, start_other, lineage, match_thread, end_thread, states, labels,
-                  excluded):
+                  start_first, start_other, lineage, match_thread, end_thread, horizon, timed,
+                  states, labels, excluded):
     """Path recovery of match ``i`` (kernels/gpu_scan.py's header, step 4)."""
     recover_paths(classes, i, i + 1, match_part_start, match_hi, starts, ends, label_offsets,
-                  trans, start_first, start_other, lineage, match_thread, end_thread, states,
-                  labels, excluded)
+                  trans, start_first, start_other, lineage, match_thread, end_thread, horizon,
+                  timed, states, labels, excluded)
 
 
 @register_jitable
 def repair_partition(p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
                      chunk_part_start, chunk_open, trans, steps, end_accept, start_first,
                      start_other, skip_mode, skip_vars, lineage, match_thread, end_thread,
-                     out_start, out_end, counts, fix_start, fix_end, fix_counts, drops, dead_state,
-                     scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
-                     slot_out, errors, replay_err):
+                     horizon, timed, out_start, out_end, counts, fix_start, fix_end, fix_counts,
+                     drops, dead_state, scratch_states, scratch_labels, scratch_excluded,
+                     slot_part_start, slot_hi, slot_out, errors, replay_err):
     """Walk partition ``p``'s chunks in order and repair each whose
     speculation started off the true scan (kernels/gpu_scan.py's header, step 2).
     ``errors[k, 2]`` ends as the row the true scan leaves chunk k at; below
@@ -93,9 +95,9 @@ def repair_partition(p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_h
             n_fix += scan_partition(
                 classes, pos, chunk_hi[k], pos + 1, lo + n_fix, chunk_part_start[k],
                 chunk_open[k], trans, steps, end_accept, start_first, start_other, skip_mode,
-                skip_vars, lineage, match_thread, end_thread, fix_start, fix_end, dead_state,
-                scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
-                slot_out, replay_err[p])
+                skip_vars, lineage, match_thread, end_thread, horizon, timed, fix_start, fix_end,
+                dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
+                slot_hi, slot_out, replay_err[p])
             if replay_err[p, 2] == pos:  # undecided until more rows arrive
                 m = n_spec
                 errors[k, 2] = pos
@@ -153,7 +155,8 @@ def chunk_plan(xp, scan_lo, scan_hi, part_start, open_last: bool, chunk_rows: in
 
 
 def scan_in_chunks(xp, launch, classes, scan_lo, scan_hi, part_start, open_end: bool,
-                   tables, skip_mode: int, skip_vars: int, chunk_rows: int) -> tuple:
+                   tables, skip_mode: int, skip_vars: int, chunk_rows: int,
+                   horizon=None) -> tuple:
     """Speculative scan, repair and compaction of every partition's scan
     range (host arrays, as ``scan.scan_ranges`` gives them) in chunks of
     ``chunk_rows``: ``(starts, ends exclusive, partitions, errors,
@@ -162,7 +165,9 @@ def scan_in_chunks(xp, launch, classes, scan_lo, scan_hi, part_start, open_end: 
     ``first_out[k]`` where chunk k's matches begin. ``launch(name, jobs,
     *args)`` runs a body (``CPU_DRIVERS`` on the cores, or the CUDA kernels
     of kernels/gpu_scan.py) over ``jobs`` indices; ``tables`` has the
-    arrays of ``pattern.dfa.DfaTables`` (on the device for the GPU)."""
+    arrays of ``pattern.dfa.DfaTables`` (on the device for the GPU);
+    ``horizon`` the per-row horizons of a time limit (``scan.run_scan``),
+    in ``xp``, or None."""
     n = classes.shape[0]
     if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST):
         chunk_rows = max(n, 1)          # path scratch is per row: one chunk per partition
@@ -183,7 +188,7 @@ def scan_in_chunks(xp, launch, classes, scan_lo, scan_hi, part_start, open_end: 
     t = tables
     dfa_args = (t.trans, t.steps, t.end_accept, np.int32(t.start_first),
                 np.int32(t.start_other), np.int32(skip_mode), np.int64(skip_vars), t.lineage,
-                t.match_thread, t.end_thread)
+                t.match_thread, t.end_thread, *horizon_args(horizon, xp))
     launch("scan", n_chunks, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
            chunk_open, *dfa_args, out_start, out_end, counts, *scratch, errors)
     fix_counts = xp.zeros(n_chunks, dtype=np.int64)

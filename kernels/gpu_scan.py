@@ -53,7 +53,7 @@ import numpy as np
 from numba import cuda
 
 from .chunks import gather_chunk, recover_match, repair_partition, scan_chunk, scan_in_chunks
-from .scan import scan_ranges
+from .scan import horizon_args, scan_ranges
 
 _compiled: dict = {}
 
@@ -77,30 +77,31 @@ def _build():
     @cuda.jit
     def scan_chunks(classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open,
                     trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
-                    lineage, match_thread, end_thread, out_start, out_end, counts, dead_state,
-                    scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
-                    slot_out, errors):
+                    lineage, match_thread, end_thread, horizon, timed, out_start, out_end, counts,
+                    dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
+                    slot_hi, slot_out, errors):
         k = cuda.grid(1)
         if k < chunk_lo.shape[0]:
             scan_chunk(k, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
                        chunk_open, trans, steps, end_accept, start_first, start_other, skip_mode,
-                       skip_vars, lineage, match_thread, end_thread, out_start, out_end, counts,
-                       dead_state, scratch_states, scratch_labels, scratch_excluded,
-                       slot_part_start, slot_hi, slot_out, errors)
+                       skip_vars, lineage, match_thread, end_thread, horizon, timed, out_start,
+                       out_end, counts, dead_state, scratch_states, scratch_labels,
+                       scratch_excluded, slot_part_start, slot_hi, slot_out, errors)
 
     @cuda.jit
     def repair_chunks(classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
                       chunk_part_start, chunk_open, trans, steps, end_accept, start_first,
                       start_other, skip_mode, skip_vars, lineage, match_thread, end_thread,
-                      out_start, out_end, counts, fix_start, fix_end, fix_counts, drops,
-                      dead_state, scratch_states, scratch_labels, scratch_excluded,
+                      horizon, timed, out_start, out_end, counts, fix_start, fix_end, fix_counts,
+                      drops, dead_state, scratch_states, scratch_labels, scratch_excluded,
                       slot_part_start, slot_hi, slot_out, errors, replay_err):
         p = cuda.grid(1)
         if p < part_first_chunk.shape[0] - 1:
             repair_partition(
                 p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
                 chunk_open, trans, steps, end_accept, start_first, start_other, skip_mode,
-                skip_vars, lineage, match_thread, end_thread, out_start, out_end, counts,
+                skip_vars, lineage, match_thread, end_thread, horizon, timed, out_start,
+                out_end, counts,
                 fix_start, fix_end, fix_counts, drops, dead_state, scratch_states, scratch_labels,
                 scratch_excluded, slot_part_start, slot_hi, slot_out, errors, replay_err)
 
@@ -114,13 +115,13 @@ def _build():
 
     @cuda.jit
     def recover_matches(classes, match_part_start, match_hi, starts, ends, label_offsets,
-                        trans, start_first, start_other, lineage, match_thread, end_thread, states,
-                        labels, excluded):
+                        trans, start_first, start_other, lineage, match_thread, end_thread,
+                        horizon, timed, states, labels, excluded):
         i = cuda.grid(1)
         if i < starts.shape[0]:
             recover_match(i, classes, match_part_start, match_hi, starts, ends,
                           label_offsets, trans, start_first, start_other, lineage, match_thread,
-                          end_thread, states, labels, excluded)
+                          end_thread, horizon, timed, states, labels, excluded)
 
     return {"scan": scan_chunks, "repair": repair_chunks, "gather": gather_chunks,
             "recover": recover_matches}
@@ -154,14 +155,14 @@ class DeviceTables:
 
 def run_scan(backend, classes, offsets: np.ndarray, tables: DeviceTables, skip_mode: int,
              skip_vars: int, chunk_rows: int, scan_from: int = -1, continues: bool = False,
-             open_end: bool = False, end_margin: int = 0) -> tuple:
+             open_end: bool = False, end_margin: int = 0, horizon=None) -> tuple:
     """Device driver of the scan: ``(starts, ends exclusive, partitions,
     failure, resume)`` with the match arrays on the device in partition and
     start order; ``failure`` is None or ``(code, match index, partition)``
     of the first partition whose AFTER MATCH SKIP TO a variable cannot
     resume; ``resume`` the row the last partition's next search starts at.
     ``offsets`` (host) are the partition offsets; the stream arguments are
-    those of ``kernels.scan.run_scan``."""
+    those of ``kernels.scan.run_scan``; ``horizon`` (on the device) too."""
     xp = backend.xp
     scan_lo, scan_hi, part_start = scan_ranges(offsets, scan_from, continues, open_end,
                                                end_margin)
@@ -170,7 +171,7 @@ def run_scan(backend, classes, offsets: np.ndarray, tables: DeviceTables, skip_m
         launch(backend, name, jobs, *args)
     starts, ends, partitions, errors, first_out, chunk_lo, _ = scan_in_chunks(
         xp, run, classes, scan_lo, scan_hi, part_start, open_end, tables, skip_mode, skip_vars,
-        chunk_rows)
+        chunk_rows, horizon)
     n_chunks = chunk_lo.shape[0]
     failure = None
     failing = xp.flatnonzero(errors[:, 0])
@@ -185,10 +186,11 @@ def run_scan(backend, classes, offsets: np.ndarray, tables: DeviceTables, skip_m
 
 
 def run_recovery(backend, classes, offsets: np.ndarray, starts, ends, partitions,
-                 tables: DeviceTables, continues: bool = False) -> tuple:
+                 tables: DeviceTables, continues: bool = False, horizon=None) -> tuple:
     """Device driver of path recovery: ``(label_offsets, labels, excluded)``
     on the device, the CSR layout of ``engines.base.MatchArrays``.
-    ``continues``: the first partition began in an earlier batch."""
+    ``continues``: the first partition began in an earlier batch;
+    ``horizon``: as for :func:`run_scan`."""
     xp = backend.xp
     lengths = xp.maximum(ends - starts, 0)
     label_offsets = xp.zeros(starts.shape[0] + 1, dtype=np.int64)
@@ -206,5 +208,5 @@ def run_recovery(backend, classes, offsets: np.ndarray, starts, ends, partitions
     t = tables
     launch(backend, "recover", starts.shape[0], classes, match_part_start, match_hi, starts,
            ends, label_offsets, t.trans, t.start_first, t.start_other, t.lineage, t.match_thread,
-           t.end_thread, states, labels, excluded)
+           t.end_thread, *horizon_args(horizon, xp), states, labels, excluded)
     return label_offsets, labels, excluded

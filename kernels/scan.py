@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from typing import Optional
 
 import numpy as np
 
@@ -66,18 +67,25 @@ ERR_SKIP_TO_FIRST_ROW = 2    # SKIP TO ... lands on the match's first row: endle
 # rescanning shorter ones costs less than recording them.
 MEMO_MIN_ROWS = 16
 
+# With a time limit, the class a search steps with at its horizon: no
+# variable holds (bitmask 0, which is also dense index 0: the tables of a
+# time-limited query always hold it, and it sorts first).
+EMPTY_CLASS = 0
+
 
 @register_jitable
 def recover_paths(classes, first, last, match_part_start, match_hi, starts, ends, out_at,
-                  trans, start_first, start_other, lineage, match_thread, end_thread, states,
-                  labels, excluded):
+                  trans, start_first, start_other, lineage, match_thread, end_thread, horizon,
+                  timed, states, labels, excluded):
     """For matches ``first .. last-1`` (``[starts[i], ends[i])``, partition
     starting at ``match_part_start[i]`` -- -1 when it lies before the rows at
     hand -- and ending at ``match_hi[i]``), write each row's variable id and
     ``{- -}`` mark at ``labels[out_at[i] ...]`` / ``excluded[...]``;
     ``states[out_at[i] ...]`` is scratch of the same length. A range, not one
     match, so that the CPU amortises the call over many matches (a GPU thread
-    takes a range of one)."""
+    takes a range of one). ``horizon``/``timed``: as for ``scan_partition``
+    (a match that ends at its start's horizon was found by the empty class
+    there)."""
     for i in range(first, last):
         s = starts[i]
         e = ends[i]
@@ -90,6 +98,8 @@ def recover_paths(classes, first, last, match_part_start, match_hi, starts, ends
             state = trans[state, classes[q]]
         if e == match_hi[i]:
             thread = end_thread[state]
+        elif timed and e == horizon[s]:
+            thread = match_thread[state, EMPTY_CLASS]
         else:
             thread = match_thread[state, classes[e]]
         for q in range(e - 1, s - 1, -1):
@@ -104,8 +114,9 @@ def recover_paths(classes, first, last, match_part_start, match_hi, starts, ends
 @register_jitable
 def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans, steps,
                    end_accept, start_first, start_other, skip_mode, skip_vars, lineage,
-                   match_thread, end_thread, out_start, out_end, dead_state, scratch_states,
-                   scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, err):
+                   match_thread, end_thread, horizon, timed, out_start, out_end, dead_state,
+                   scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+                   slot_out, err):
     """Scan rows ``lo .. hi-1`` of one partition, starting searches only
     below ``stop`` (``hi`` for a whole partition; a chunk's end when the GPU
     splits a partition, whose searches still read on to ``hi``); write its
@@ -120,7 +131,10 @@ def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans,
     ``dead_state[r]`` is the dead-state memo (1 + a state from which no
     match follows at row r; 0 none), ``scratch_*`` room for one match's
     path and ``slot_*`` its bounds (SKIP TO a variable only); all are
-    indexed by absolute row."""
+    indexed by absolute row. With ``timed`` (a time limit), a search
+    starting at row s consumes no row at or after ``horizon[s]``: there it
+    takes one step with the empty class (a match ending before that row is
+    kept, every other thread dies) and ends; else ``horizon`` is a dummy."""
     n_out = 0
     pos = lo
     memo_end = lo - 1               # dead_state holds nothing at or beyond this + 1
@@ -129,6 +143,9 @@ def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans,
         state = start_first if pos == part_start else start_other
         best = -1
         q = pos
+        cut = hi                            # the search's horizon, when before hi
+        if timed and horizon[pos] < hi:
+            cut = horizon[pos]
         while True:
             if q == hi:
                 if open_end:
@@ -136,6 +153,9 @@ def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans,
                     return n_out
                 if end_accept[state]:
                     best = hi
+                break
+            if q == cut:                    # out of time: no variable may take row q
+                best = q if steps[state, EMPTY_CLASS] & 1 else best
                 break
             if q <= memo_end and dead_state[q] == state + 1:
                 break                       # a failed search passed here: no match ahead
@@ -146,7 +166,9 @@ def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans,
                 break
             q += 1
         if best < 0:
-            if q - pos >= MEMO_MIN_ROWS:    # record the dead pairs of this search
+            # Record the dead pairs of this search, unless its horizon ended
+            # it: later searches (horizons no earlier) may go further.
+            if q - pos >= MEMO_MIN_ROWS and (q < cut or cut == hi):
                 state = start_first if pos == part_start else start_other
                 for r in range(pos, q):
                     dead_state[r] = state + 1
@@ -169,8 +191,8 @@ def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans,
             slot_out[slot] = pos
             recover_paths(classes, slot, slot + 1, slot_part_start, slot_hi, out_start,
                           out_end, slot_out, trans, start_first, start_other, lineage,
-                          match_thread, end_thread, scratch_states, scratch_labels,
-                          scratch_excluded)
+                          match_thread, end_thread, horizon, timed, scratch_states,
+                          scratch_labels, scratch_excluded)
             target = -1
             for r in range(pos, best):
                 if (skip_vars >> scratch_labels[r]) & 1:
@@ -193,21 +215,24 @@ def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans,
 
 def scan_partitions(classes, scan_lo, scan_hi, part_start, open_end, trans, steps, end_accept,
                     start_first, start_other, skip_mode, skip_vars, lineage, match_thread,
-                    end_thread, out_start, out_end, counts, dead_state, scratch_states,
-                    scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors):
+                    end_thread, horizon, timed, out_start, out_end, counts, dead_state,
+                    scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+                    slot_out, errors):
     for p in range(scan_lo.shape[0]):
         counts[p] = scan_partition(
             classes, scan_lo[p], scan_hi[p], scan_hi[p], scan_lo[p], part_start[p], open_end[p],
             trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars, lineage,
-            match_thread, end_thread, out_start, out_end, dead_state, scratch_states,
-            scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors[p])
+            match_thread, end_thread, horizon, timed, out_start, out_end, dead_state,
+            scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+            slot_out, errors[p])
 
 
 def scan_partitions_parallel(classes, scan_lo, scan_hi, part_start, open_end, trans, steps,
                              end_accept, start_first, start_other, skip_mode, skip_vars, lineage,
-                             match_thread, end_thread, out_start, out_end, counts, dead_state,
-                             scratch_states, scratch_labels, scratch_excluded, slot_part_start,
-                             slot_hi, slot_out, errors, groups):
+                             match_thread, end_thread, horizon, timed, out_start, out_end,
+                             counts, dead_state, scratch_states, scratch_labels,
+                             scratch_excluded, slot_part_start, slot_hi, slot_out, errors,
+                             groups):
     """As scan_partitions, one thread per group of consecutive partitions
     (``groups[g] .. groups[g+1]``, about equal in rows): the balance does not
     depend on how the threading layer schedules the loop."""
@@ -216,9 +241,9 @@ def scan_partitions_parallel(classes, scan_lo, scan_hi, part_start, open_end, tr
             counts[p] = scan_partition(
                 classes, scan_lo[p], scan_hi[p], scan_hi[p], scan_lo[p], part_start[p],
                 open_end[p], trans, steps, end_accept, start_first, start_other, skip_mode,
-                skip_vars, lineage, match_thread, end_thread, out_start, out_end, dead_state,
-                scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
-                slot_out, errors[p])
+                skip_vars, lineage, match_thread, end_thread, horizon, timed, out_start, out_end,
+                dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
+                slot_hi, slot_out, errors[p])
 
 
 # Matches per call of the recovery body on the CPU: enough to amortise the call.
@@ -226,25 +251,27 @@ RECOVER_CHUNK = 4096
 
 
 def recover_all(classes, match_part_start, match_hi, starts, ends, label_offsets, trans,
-                start_first, start_other, lineage, match_thread, end_thread, states, labels,
-                excluded):
+                start_first, start_other, lineage, match_thread, end_thread, horizon, timed,
+                states, labels, excluded):
     n = starts.shape[0]
     for chunk in range((n + RECOVER_CHUNK - 1) // RECOVER_CHUNK):
         first = chunk * RECOVER_CHUNK
         recover_paths(classes, first, min(n, first + RECOVER_CHUNK), match_part_start,
                       match_hi, starts, ends, label_offsets, trans, start_first, start_other,
-                      lineage, match_thread, end_thread, states, labels, excluded)
+                      lineage, match_thread, end_thread, horizon, timed, states, labels,
+                      excluded)
 
 
 def recover_all_parallel(classes, match_part_start, match_hi, starts, ends, label_offsets,
                          trans, start_first, start_other, lineage, match_thread, end_thread,
-                         states, labels, excluded):
+                         horizon, timed, states, labels, excluded):
     n = starts.shape[0]
     for chunk in prange((n + RECOVER_CHUNK - 1) // RECOVER_CHUNK):
         first = chunk * RECOVER_CHUNK
         recover_paths(classes, first, min(n, first + RECOVER_CHUNK), match_part_start,
                       match_hi, starts, ends, label_offsets, trans, start_first, start_other,
-                      lineage, match_thread, end_thread, states, labels, excluded)
+                      lineage, match_thread, end_thread, horizon, timed, states, labels,
+                      excluded)
 
 
 def mark_present(classes, seen):
@@ -295,6 +322,27 @@ def present_classes(classes: np.ndarray, n_classes: int) -> list:
     seen = np.zeros(n_classes, dtype=np.uint8)
     _mark_present(classes, seen)
     return np.flatnonzero(seen).tolist()
+
+
+def horizon_args(horizon, xp=np) -> tuple:
+    """The kernels' (horizon, timed) arguments: without a time limit a
+    one-element dummy array, never read."""
+    if horizon is None:
+        return xp.zeros(1, dtype=np.int64), np.bool_(False)
+    return horizon, np.bool_(True)
+
+
+def memo_shared_ok(tables) -> bool:
+    """Whether speculative chunks, which share the dead-state memo, stay
+    exact under a time limit. A memo entry says "no match from this state
+    here" for searches whose horizon lies past where that search died; a
+    chunk may read one written by a later-starting search (a later
+    horizon). A search cut earlier steps with the empty class instead of a
+    row's own, which can only end a match that the row's class would not
+    when whether a match ends depends on the class: only a possessive
+    quantifier's guard makes it so."""
+    matched = np.asarray(tables.matched)
+    return bool((matched == matched[:, :1]).all())
 
 
 _compiled: dict = {}
@@ -372,7 +420,8 @@ def scan_ranges(offsets, scan_from: int = -1, continues: bool = False, open_end:
 
 def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
              skip_vars: int = 0, compiled: bool = True, scan_from: int = -1,
-             continues: bool = False, open_end: bool = False, end_margin: int = 0) -> tuple:
+             continues: bool = False, open_end: bool = False, end_margin: int = 0,
+             horizon: Optional[np.ndarray] = None) -> tuple:
     """Host driver of the scan: ``(starts, ends exclusive, partitions, errors)``.
 
     ``starts``/``ends`` are int64 arrays of every match in partition and start
@@ -387,6 +436,11 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     ``open_end`` the last partition goes on in later batches: its last
     ``end_margin`` rows (whose NEXT(...) is unknown yet) are not scanned and a
     search still undecided at the end is left for the next batch.
+
+    ``horizon`` (a time limit; int64 per row, as ``gpu_mr.horizons`` gives
+    it): a search starting at row s consumes only rows before
+    ``horizon[s]``; the tables must then hold the empty class
+    (``EMPTY_CLASS``).
     """
     n = classes.shape[0]
     n_parts = offsets.shape[0] - 1
@@ -398,7 +452,7 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     if (compiled and n >= CHUNKED_MIN_ROWS and n_parts
             and skip_mode in (SKIP_PAST_LAST_ROW, SKIP_TO_NEXT_ROW)):
         chunked = _chunked_scan(classes, scan_lo, scan_hi, part_start, open_end, tables,
-                                skip_mode, skip_vars)
+                                skip_mode, skip_vars, horizon)
         if chunked is not None:
             return chunked
     out_start = np.empty(n, dtype=np.int64)
@@ -416,9 +470,9 @@ def run_scan(classes: np.ndarray, offsets: np.ndarray, tables, skip_mode: int,
     t = tables
     args = (classes, scan_lo, scan_hi, part_start, open_flags, t.trans, t.steps, t.end_accept,
             np.int32(t.start_first), np.int32(t.start_other), np.int32(skip_mode),
-            np.int64(skip_vars), t.lineage, t.match_thread, t.end_thread, out_start, out_end,
-            counts, dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
-            slot_hi, slot_out, errors)
+            np.int64(skip_vars), t.lineage, t.match_thread, t.end_thread,
+            *horizon_args(horizon), out_start, out_end, counts, dead_state, scratch_states,
+            scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors)
     with _kernels_for(n, n_parts > 1, compiled) as kernels:
         if compiled and kernels is _compiled.get(True):
             kernels[0](*args, _row_balanced_groups(scan_hi - scan_lo))
@@ -446,17 +500,20 @@ _chunk_drivers: dict = {}
 
 
 def _chunked_scan(classes, scan_lo, scan_hi, part_start, open_end: bool, tables,
-                  skip_mode: int, skip_vars: int):
+                  skip_mode: int, skip_vars: int, horizon=None):
     """``run_scan``'s result from speculative chunks of the partitions on all
     cores, or None when partition-level parallelism is good enough (the
-    widest partition is at most one thread's share) or another thread holds
-    the parallel launch."""
+    widest partition is at most one thread's share), another thread holds
+    the parallel launch, or the chunks' shared memo would not be exact
+    (:func:`memo_shared_ok`)."""
     import numba
     threads = CHUNK_THREADS or numba.get_num_threads()
     n = classes.shape[0]
     widths = scan_hi - scan_lo
     widest = int(widths.max())
     if threads < 2 or widest <= n // threads:
+        return None
+    if horizon is not None and not memo_shared_ok(tables):
         return None
     if not _parallel_lock.acquire(blocking=False):
         return None
@@ -471,7 +528,7 @@ def _chunked_scan(classes, scan_lo, scan_hi, part_start, open_end: bool, tables,
         chunk_rows = max(CHUNK_MIN_ROWS, -(-widest // (4 * threads)))
         starts, ends, partitions, errors, _, _, part_first_chunk = C.scan_in_chunks(
             np, launch, classes, scan_lo, scan_hi, part_start, open_end, tables, skip_mode,
-            skip_vars, chunk_rows)
+            skip_vars, chunk_rows, horizon)
     finally:
         _parallel_lock.release()
     # Per partition: no SKIP errors in these modes; the row its last chunk
@@ -483,10 +540,11 @@ def _chunked_scan(classes, scan_lo, scan_hi, part_start, open_end: bool, tables,
 
 def run_recovery(classes: np.ndarray, offsets: np.ndarray, starts: np.ndarray,
                  ends: np.ndarray, partitions: np.ndarray, tables, compiled: bool = True,
-                 continues: bool = False) -> tuple:
+                 continues: bool = False, horizon: Optional[np.ndarray] = None) -> tuple:
     """Host driver of path recovery: ``(label_offsets, labels, excluded)`` for
     the matches ``[starts, ends)`` (CSR layout of ``engines.base.MatchArrays``).
-    ``continues``: the first partition began in an earlier batch."""
+    ``continues``: the first partition began in an earlier batch;
+    ``horizon``: as for :func:`run_scan`."""
     lengths = np.maximum(ends - starts, 0)
     label_offsets = np.zeros(starts.shape[0] + 1, dtype=np.int64)
     np.cumsum(lengths, out=label_offsets[1:])
@@ -504,5 +562,5 @@ def run_recovery(classes: np.ndarray, offsets: np.ndarray, starts: np.ndarray,
         fn = kernels[1]
         fn(classes, match_part_start, match_hi, starts, ends, label_offsets, t.trans,
            np.int32(t.start_first), np.int32(t.start_other), t.lineage, t.match_thread,
-           t.end_thread, states, labels, excluded)
+           t.end_thread, *horizon_args(horizon), states, labels, excluded)
     return label_offsets, labels, excluded.astype(bool)

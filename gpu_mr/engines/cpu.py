@@ -69,8 +69,6 @@ def unsupported_reason(query: CheckedQuery) -> Optional[str]:
         return f"the matching mode {query.mode} (the 2007 proposal's) runs on the reference engine"
     if query.skip.kind == "CURRENT_ROW":
         return "AFTER MATCH SKIP TO CURRENT ROW (all matches) runs on the reference engine"
-    if query.time_limit is not None:
-        return f"the time limit {query.time_limit.to_sql()} depends on each match's start"
     if query.match_filter is not None:
         return "a condition on the whole match (ESL-TS) runs on the reference engine"
     if query.history_dependent:
@@ -86,8 +84,11 @@ def choose_path(query: CheckedQuery) -> tuple:
     if reason is None:
         return "dfa", None
     if (query.mode is not None or query.skip.kind == "CURRENT_ROW"
-            or query.time_limit is not None or query.match_filter is not None):
+            or query.match_filter is not None):
         return None, reason
+    if query.time_limit is not None:
+        return None, (f"{reason}, with the time limit {query.time_limit.to_sql()}: the "
+                      "register machine does not run time limits")
     registers_reason = _registers_reason(query)
     if registers_reason is None:
         return "registers", None
@@ -155,7 +156,8 @@ class CpuEngine:
         if plan is None or plan[0] is not query:
             program = compile_nfa(query.pattern, query.primary_vars)
             plan = (query, M.compile_masks(query), Dfa(program),
-                    UnanchoredDfa(program) if query.skip.kind == "PAST_LAST_ROW" else None)
+                    UnanchoredDfa(program)
+                    if query.skip.kind == "PAST_LAST_ROW" and query.time_limit is None else None)
             self._plan = plan
         _, mask_set, dfa, unanchored_dfa = plan
         n_vars = len(query.primary_vars)
@@ -171,13 +173,16 @@ class CpuEngine:
             if failing:
                 return f"DEFINE {failing[0]} raises or cannot be represented exactly at some row"
             bits, present = class_bits(query, results, n), None
+        timed = query.time_limit is not None
         if n_vars <= _DIRECT_MAX_VARS:
             if present is None:
                 from ..kernels.scan import present_classes
                 present = present_classes(bits, 1 << n_vars)
+            if timed and 0 not in present:
+                present = [0] + list(present)
             classes = bits
         else:
-            present, classes = _renumber(bits, n_vars)
+            present, classes = _renumber(bits, n_vars, timed)
         try:
             tables = dfa.dense_tables(present)
         except DfaTooLarge as exc:
@@ -244,16 +249,22 @@ def class_bits(query: CheckedQuery, results: dict, n: int) -> np.ndarray:
                        [i for i, _ in defined], always, n, dtype)
 
 
-def _renumber(bits: np.ndarray, n_vars: int) -> tuple:
-    """(class bitmasks present, ascending; per-row dense class index)."""
+def _renumber(bits: np.ndarray, n_vars: int, with_empty: bool = False) -> tuple:
+    """(class bitmasks present, ascending; per-row dense class index).
+    ``with_empty``: bitmask 0 (no variable holds: a time limit's horizon)
+    is among them even where no row has it, so its index is 0."""
     if n_vars <= _LOOKUP_MAX_VARS:
         seen = np.bincount(bits, minlength=1 << n_vars) > 0
+        seen[0] |= with_empty
         present = np.flatnonzero(seen)
         lookup = np.zeros(1 << n_vars, dtype=np.int32)
         lookup[present] = np.arange(present.size, dtype=np.int32)
         dense = lookup[bits]
     else:
         present, dense = np.unique(bits, return_inverse=True)
+        if with_empty and (present.size == 0 or present[0] != 0):
+            present = np.concatenate(([0], present)).astype(present.dtype)
+            dense = dense + 1
     dtype = np.uint8 if present.size <= 256 else np.int32
     return present.tolist(), dense.astype(dtype, copy=False)
 
@@ -300,13 +311,18 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
     offsets = data.partition_offsets.astype(np.int64, copy=False)
     skip = query.skip
     why = _anchored_reason(query, offsets, unanchored, scan_from, continues, open_end)
+    horizon = None
+    if query.time_limit is not None:
+        from ..horizons import row_horizons
+        horizon = row_horizons(query, data)
     if why is None:
         from ..kernels.unanchored import run_unanchored
         starts, ends, partitions, errors, *paths = run_unanchored(dense, offsets, unanchored())
     else:
         starts, ends, partitions, errors = run_scan(
             dense, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query),
-            scan_from=scan_from, continues=continues, open_end=open_end, end_margin=end_margin)
+            scan_from=scan_from, continues=continues, open_end=open_end, end_margin=end_margin,
+            horizon=horizon)
         paths = None
     counts = np.bincount(partitions, minlength=len(offsets) - 1)
     first_of_partition = np.zeros(len(offsets), dtype=np.int64)
@@ -323,7 +339,7 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
                          int(starts[i]), int(ends[i]) - 1, origin, p)
     if paths is None:
         paths = run_recovery(dense, offsets, starts, ends, partitions, tables,
-                             continues=continues)
+                             continues=continues, horizon=horizon)
     label_offsets, labels, excluded = paths
     resume = int(errors[-1, 2]) if len(errors) else 0
     return (MatchArrays(partitions, numbers, starts, ends - 1, label_offsets, labels, excluded),
@@ -335,6 +351,9 @@ def _anchored_reason(query: CheckedQuery, offsets: np.ndarray, unanchored, scan_
     """Why the anchored scan runs rather than the unanchored one, or None."""
     if query.skip.kind != "PAST_LAST_ROW":
         return f"AFTER MATCH SKIP TO {query.skip.kind.replace('_', ' ')}"
+    if query.time_limit is not None:
+        return (f"the time limit {query.time_limit.to_sql()}: each search stops at its own "
+                "horizon, which the unanchored scan cannot follow")
     if scan_from >= 0 or continues or open_end:
         return "a stream batch"
     if numba_missing() is not None:

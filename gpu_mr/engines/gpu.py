@@ -73,6 +73,9 @@ class GpuEngine:
         found = B.detect()
         if isinstance(found, str):
             return found
+        if query.time_limit is not None:
+            return (f"the time limit {query.time_limit.to_sql()} runs on the CPU engine (the "
+                    "device scan does not take per-search horizons yet)")
         return self._cpu.path_of(query)[1]
 
     def path_of(self, query: CheckedQuery) -> str:

@@ -89,7 +89,7 @@ def find_matches_from(query: CheckedQuery, data: SortedInput, scan_from: int,
     as far as they go), ``rows_before`` of its rows came before them (for
     row numbers in messages). For a stream that resumes a partition mid-way."""
     program = compile_nfa(query.pattern, query.primary_vars)
-    needed = _referenced_columns(query)
+    needed = _referenced_columns(query) | ({query.time_column} if query.time_column else set())
     columns = {name: T.arrow_values(data.table.column(name), t)
                for name, t in query.column_types.items() if name in needed}
     lo, hi = int(data.partition_offsets[0]), int(data.partition_offsets[1])
