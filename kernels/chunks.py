@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .scan import (SKIP_TO_FIRST, SKIP_TO_LAST, SKIP_TO_NEXT_ROW, horizon_args,
+from .scan import (SKIP_TO_FIRST, SKIP_TO_LAST, SKIP_TO_NEXT_ROW, horizon_args, memo_shared_ok,
                    recover_paths, register_jitable, scan_partition)
 
 try:
@@ -171,6 +171,8 @@ def scan_in_chunks(xp, launch, classes, scan_lo, scan_hi, part_start, open_end: 
     n = classes.shape[0]
     if skip_mode in (SKIP_TO_FIRST, SKIP_TO_LAST):
         chunk_rows = max(n, 1)          # path scratch is per row: one chunk per partition
+    elif horizon is not None and not memo_shared_ok(tables):
+        chunk_rows = max(n, 1)          # chunks sharing the memo would not be exact
     (part_first_chunk, chunk_part, chunk_lo, chunk_stop, chunk_hi, chunk_part_start,
      chunk_open) = chunk_plan(xp, scan_lo, scan_hi, part_start, open_end, chunk_rows)
     n_chunks, n_parts = chunk_lo.shape[0], len(scan_lo)

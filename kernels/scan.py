@@ -340,8 +340,9 @@ def memo_shared_ok(tables) -> bool:
     horizon). A search cut earlier steps with the empty class instead of a
     row's own, which can only end a match that the row's class would not
     when whether a match ends depends on the class: only a possessive
-    quantifier's guard makes it so."""
-    matched = np.asarray(tables.matched)
+    quantifier's guard makes it so. (``tables.steps`` on the host or the
+    device.)"""
+    matched = tables.steps & 1
     return bool((matched == matched[:, :1]).all())
 
 

@@ -4,7 +4,8 @@ Differential: random row-local clauses with random limits over random
 tables with a TIMESTAMP clock (ties, NULL clocks at either end, several
 partitions, every AFTER MATCH SKIP): the CPU engine must return exactly the
 reference engine's matches, in one piece, in speculative chunks, and in a
-stream of batches. Unit tests of the per-row horizons (gpu_mr/horizons.py):
+stream of batches; so must the GPU engine (the CUDA simulator without a
+GPU). Unit tests of the per-row horizons (gpu_mr/horizons.py):
 strictness at exactly the limit, NULL clocks, calendar months, saturation,
 and a brute-force comparison with the reference's own deadline rule.
 """
@@ -23,8 +24,10 @@ from hypothesis import strategies as st
 pytest.importorskip("numba", reason="the cpu extra (numba) is not installed")
 
 import gpu_mr  # noqa: E402
+from gpu_mr import backend as B  # noqa: E402
 from gpu_mr.analysis import analyze  # noqa: E402
 from gpu_mr.engines.cpu import CpuEngine  # noqa: E402
+from gpu_mr.engines.gpu import GpuEngine  # noqa: E402
 from gpu_mr.engines.reference import ReferenceEngine, time_limit_deadline  # noqa: E402
 from gpu_mr.errors import GpuMrError  # noqa: E402
 from gpu_mr.frames import sort_for_matching  # noqa: E402
@@ -122,6 +125,24 @@ def test_speculative_chunks_equal_reference(clause, table, chunk_rows):
         _check(clause, table)
     finally:
         S.CHUNKED_MIN_ROWS, S.CHUNK_MIN_ROWS, S.CHUNK_THREADS = saved
+
+
+_NO_DEVICE = B.detect() if isinstance(B.detect(), str) else None
+
+
+@pytest.mark.skipif(_NO_DEVICE is not None, reason=f"no GPU and no simulator: {_NO_DEVICE}")
+@_settings(25, 300)
+@given(timed_clauses(), clocked_tables(), st.sampled_from([1, 2, 3, 64]))
+def test_gpu_engine_equals_reference(clause, table, chunk_rows):
+    """The device's chunked scan (the CUDA simulator without a GPU), with
+    chunks so small that boundaries fall inside matches."""
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    gpu = GpuEngine()
+    gpu.chunk_rows = chunk_rows
+    assert gpu.supports(query) is None, clause
+    want = outcome(ReferenceEngine(), query, data)
+    assert outcome(gpu, query, data) == want, f"\n{clause}\n{chunk_rows}\n{table.to_pydict()}"
 
 
 def _sorted_clocked(table: pa.Table, clause: str) -> pa.Table:

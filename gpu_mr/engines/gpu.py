@@ -73,9 +73,6 @@ class GpuEngine:
         found = B.detect()
         if isinstance(found, str):
             return found
-        if query.time_limit is not None:
-            return (f"the time limit {query.time_limit.to_sql()} runs on the CPU engine (the "
-                    "device scan does not take per-search horizons yet)")
         return self._cpu.path_of(query)[1]
 
     def path_of(self, query: CheckedQuery) -> str:
@@ -160,6 +157,9 @@ class GpuEngine:
             return B.detect()
         if self.path_of(query) != "device":
             return "a DEFINE depends on the match so far"
+        if query.time_limit is not None:
+            return (f"the time limit {query.time_limit.to_sql()}: its per-row horizons are "
+                    "computed on the host, from the host-sorted clock")
         if not set(query.column_types) <= set(schema.names):
             return "the input's column types are not known yet (give a schema)"
         from .. import device_measures as DMe
@@ -328,11 +328,16 @@ class GpuEngine:
         CPU engine's ``scan_to_matches`` (the same stream arguments), on the
         device."""
         backend = B.detect()
+        horizon = None
+        if query.time_limit is not None:    # computed on the host, read by the device scan
+            from ..horizons import row_horizons
+            horizon = backend.to_device(row_horizons(query, data))
         found, resume = scan(backend, query, classes, data.partition_offsets, tables,
                              self.chunk_rows, scan_from=scan_from, continues=continues,
                              open_end=open_end, end_margin=end_margin,
-                             number_base=number_base, rows_before=rows_before)
-        recover(backend, classes, data.partition_offsets, found, tables, continues=continues)
+                             number_base=number_base, rows_before=rows_before, horizon=horizon)
+        recover(backend, classes, data.partition_offsets, found, tables, continues=continues,
+                horizon=horizon)
         return found.to_host(backend), resume
 
 
@@ -422,18 +427,24 @@ class DeviceMatches:
 def classes_and_tables(backend, query: CheckedQuery, dfa: Dfa, bits):
     """``(class ids, DeviceTables, DFA states, classes present)`` for the
     packed variable bitmasks ``bits`` on the device, or the reason the DFA
-    cannot be built (past its state cap)."""
+    cannot be built (past its state cap). A time limit's tables hold the
+    empty class (bitmask 0, index 0) whether or not a row has it."""
     from ..kernels.gpu_scan import DeviceTables
     xp = backend.xp
     n_vars = len(query.primary_vars)
+    timed = query.time_limit is not None
     if n_vars <= _DIRECT_MAX_VARS:
         seen = xp.bincount(bits, minlength=1 << n_vars)
         present = np.flatnonzero(backend.to_host(seen)).tolist()
+        if timed and 0 not in present:
+            present = [0] + present
         classes = bits
     else:
         # Past 8 variables the bitmasks are renumbered densely (rare: a sort
         # on the host, one transfer each way).
         present_host, inverse = np.unique(backend.to_host(bits), return_inverse=True)
+        if timed and (present_host.size == 0 or present_host[0] != 0):
+            present_host, inverse = np.concatenate(([0], present_host)), inverse + 1
         present = present_host.tolist()
         dtype = np.uint8 if len(present) <= 256 else np.int32
         classes = backend.to_device(inverse.astype(dtype))
@@ -449,12 +460,13 @@ def classes_and_tables(backend, query: CheckedQuery, dfa: Dfa, bits):
 def scan(backend, query: CheckedQuery, classes, offsets, tables,
          chunk_rows: Optional[int] = None, scan_from: int = -1, continues: bool = False,
          open_end: bool = False, end_margin: int = 0, number_base: int = 0,
-         rows_before: int = 0) -> tuple:
+         rows_before: int = 0, horizon=None) -> tuple:
     """The chunked scan and match numbering on the device: ``(DeviceMatches,
     row to resume at in the last partition)``; raises the reference
     engine's error where AFTER MATCH SKIP TO a variable cannot resume.
     ``offsets`` are the partition offsets (host or device); the stream
-    arguments are those of ``engines.cpu.scan_to_matches``."""
+    arguments are those of ``engines.cpu.scan_to_matches``; ``horizon``: a
+    time limit's per-row horizons on the device (gpu_mr/horizons.py)."""
     from ..kernels import gpu_scan
     from ..kernels.scan import ERR_SKIP_NO_ROW
     xp = backend.xp
@@ -463,7 +475,7 @@ def scan(backend, query: CheckedQuery, classes, offsets, tables,
     starts, ends, partitions, failure, resume = gpu_scan.run_scan(
         backend, classes, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query),
         chunk_rows or gpu_scan.DEVICE_CHUNK_ROWS, scan_from=scan_from, continues=continues,
-        open_end=open_end, end_margin=end_margin)
+        open_end=open_end, end_margin=end_margin, horizon=horizon)
     n_parts = offsets.shape[0] - 1
     counts = xp.bincount(partitions, minlength=n_parts)
     first_of_partition = xp.zeros(n_parts + 1, dtype=np.int64)
@@ -483,11 +495,12 @@ def scan(backend, query: CheckedQuery, classes, offsets, tables,
 
 
 def recover(backend, classes, offsets, found: DeviceMatches, tables,
-            continues: bool = False) -> DeviceMatches:
+            continues: bool = False, horizon=None) -> DeviceMatches:
     """``found`` with each match's path (variable per row) recovered on the
-    device; ``continues``: the first partition began in an earlier batch."""
+    device; ``continues``: the first partition began in an earlier batch;
+    ``horizon``: as for :func:`scan`."""
     from ..kernels import gpu_scan
     found.label_offsets, found.labels, found.excluded = gpu_scan.run_recovery(
         backend, classes, backend.to_host(offsets), found.starts, found.ends,
-        found.partitions, tables, continues=continues)
+        found.partitions, tables, continues=continues, horizon=horizon)
     return found
