@@ -10,7 +10,9 @@ predicates/masks.py's evaluator, which reproduces the interpreter exactly
 (three-valued logic, integer overflow and division by zero as errors,
 CASE branches only where taken, the CAST rules, string and date functions).
 Output rows without a match (WITH UNMATCHED ROWS) get NULL, as every
-measure does there.
+measure does there. An aggregate over an expression of the row
+(``SUM(A.price * A.volume)``) has its argument evaluated at every row the
+same way (:func:`row_values`) and aggregated as if it were a column.
 
 Exactness: where the expression cannot be evaluated so -- a leaf the
 vectors do not compute, a construct the evaluator refuses, a result type
@@ -107,6 +109,36 @@ def evaluate(query: CheckedQuery, expr: A.Expr, out_type: T.SqlType, n: int,
         return _to_arrow(v, valid, out_type)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None             # e.g. a value outside the measure's narrower type
+
+
+def row_values(query: CheckedQuery, data: SortedInput, expr: A.Expr,
+               var: Optional[str]) -> Optional[pa.Array]:
+    """An aggregate's argument (``SUM(A.price * A.volume)``: its columns read
+    at the row being aggregated) at every row of ``data``, as an Arrow array
+    of its type; None when it reads the match (CLASSIFIER, another
+    variable), or raises or is inexact at some row (the interpreter then
+    evaluates it only where counted)."""
+    t = expr.type
+    if t is None or t.kind not in _OUT_KINDS:
+        return None
+    for node in expr.walk():
+        if (isinstance(node, (A.Classifier, A.MatchNumber, A.Aggregate, A.Subquery))
+                or (isinstance(node, A.Navigation) and node.kind not in ("PREV", "NEXT"))
+                or (isinstance(node, A.Call) and node.name in _CLOCK)
+                or (isinstance(node, A.ColumnRef) and node.var not in (None, var))):
+            return None
+    ctx = M._Context(data, M._default_now())
+    try:
+        with np.errstate(all="ignore"):
+            v = M._Eval(ctx, query, var).eval(expr)
+    except (M._Reject, pa.ArrowException, ValueError):
+        return None
+    if (v.err is not None and v.err.any()) or v.kind != t.kind:
+        return None
+    try:
+        return _to_arrow(v, v.valid, t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
 
 
 class _LeafEval(M._Eval):

@@ -860,6 +860,21 @@ class _Vectors:
             raise _Fallback
         return arr
 
+    def _argument_column(self, arg: A.Expr, var: Optional[str]) -> A.ColumnRef:
+        """An aggregate's row-level argument evaluated at every row, added to
+        the input as a column of its own; a reference to it."""
+        key = ("argument", id(arg), var)
+        name = self._cache.get(key)
+        if name is None:
+            arr = measure_exprs.row_values(self.q, self.data, arg, var)
+            if arr is None:
+                raise _Fallback
+            name = self._cache[key] = f"\x00argument {len(self._cache)}"
+            d = self.data
+            self.data = SortedInput(d.table.append_column(name, pa.chunked_array([arr])),
+                                    d.partition_offsets, d._source_rows, d.was_sorted)
+        return A.ColumnRef(var=var, column=name, resolved=name, type=arg.type)
+
     def _leaf(self, e: A.Expr) -> Optional[pa.Array]:
         """A leaf of a measure expression as an array (its gather done now),
         or None where the interpreter must compute it."""
@@ -1244,10 +1259,11 @@ class _Vectors:
             count = segmented_count(self._segments(ids, None, not final))
             return self._ints(self._pick(count, final, 0), self.has)
         if (e.distinct or e.over_order or len(e.args) != 1
-                or e.name not in ("COUNT", "SUM", "AVG", "MIN", "MAX")
-                or not isinstance(e.args[0], A.ColumnRef)):
+                or e.name not in ("COUNT", "SUM", "AVG", "MIN", "MAX")):
             raise _Fallback
         ref = e.args[0]
+        if not isinstance(ref, A.ColumnRef):        # SUM(A.price * A.volume)
+            ref = self._argument_column(ref, e.var)
         if e.name == "COUNT":
             count, _ = self._segmented(lambda v, seg, out, _: segmented_count(seg, out),
                                        self._valid_chunks(ref.resolved), ids, not final,
