@@ -16,7 +16,7 @@ import math
 import operator
 import re
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from typing import Optional
 
 from .analysis import CheckedQuery
@@ -402,6 +402,17 @@ def _round_half_up(x: Decimal, digits: int = 0) -> Decimal:
     return x.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
 
 
+def _round_function(x: Decimal, digits: int) -> Decimal:
+    """ROUND(x, digits) half away from zero, for any magnitude: quantize
+    raises InvalidOperation when the result has more digits than its
+    context's precision (28 by default), and ROUND(1e308, 1) needs 311."""
+    prec = max(28, max(x.adjusted(), 0) + max(digits, 0) + 2) if x.is_finite() else 28
+    if prec > 100_000:          # far more digits than any value here has: nothing to round
+        return x
+    context = Context(prec=prec, rounding=ROUND_HALF_UP, Emax=MAX_EMAX, Emin=MIN_EMIN)
+    return x.quantize(Decimal(1).scaleb(-digits, context), context=context)
+
+
 def cast(v, src: T.SqlType, dst: T.SqlType, e: A.Expr):
     if v is None:
         return None
@@ -510,12 +521,12 @@ def call(e: A.Call, args: list):
         if isinstance(x, float):
             if math.isnan(x) or math.isinf(x):
                 return x
-            return float(_round_half_up(Decimal(repr(x)), digits))
+            return float(_round_function(Decimal(repr(x)), digits))
         if isinstance(x, Decimal):
-            return _round_half_up(x, digits)
+            return _round_function(x, digits)
         if digits >= 0:
             return x
-        return _check_int(int(_round_half_up(Decimal(x), digits)), e)
+        return _check_int(int(_round_function(Decimal(x), digits)), e)
     if name in ("FLOOR", "CEIL", "CEILING"):
         f = math.floor if name == "FLOOR" else math.ceil
         if isinstance(x, float):

@@ -1131,9 +1131,11 @@ class _Eval:
             elif op == "*":
                 r = x * y
             elif op == "/":
-                r = x / y                 # IEEE: the interpreter's special cases agree
+                # IEEE, except that 0/0 and NaN/0 give the interpreter's NaN
+                # (math.nan; the FPU's own NaN has its sign bit set)
+                r = np.where((y == 0.0) & ((x == 0.0) | np.isnan(x)), np.nan, x / y)
             else:
-                r = np.where(y == 0.0, np.nan, np.fmod(x, y))
+                r = np.where((y == 0.0) | np.isinf(x), np.nan, np.fmod(x, y))
             return self.out(kind, r, ok, *base, (ex, ok), (ey, ok))
         if kind == "BIGINT" and a.kind == b.kind == "BIGINT":
             x, y = a.values, b.values
