@@ -136,6 +136,17 @@ AFTER MATCH SKIP PAST LAST ROW
 PATTERN (STRT DOWN+ UP+)
 DEFINE DOWN AS price < PREV(price), UP AS price > PREV(price)
 """, "the V-shape, every matched row with running measures"),
+    Query("v_shape_vwap", "row-local", """
+PARTITION BY symbol ORDER BY ts
+MEASURES FIRST(STRT.ts) AS start_ts, LAST(UP.ts) AS end_ts,
+         LAST(UP.price) - FIRST(STRT.price) AS gain,
+         SUM(price * volume) / SUM(volume) AS vwap,
+         CASE WHEN COUNT(*) > 10 THEN 'long' ELSE 'short' END AS kind
+ONE ROW PER MATCH
+AFTER MATCH SKIP PAST LAST ROW
+PATTERN (STRT DOWN+ UP+)
+DEFINE DOWN AS price < PREV(price), UP AS price > PREV(price)
+""", "the V-shape with measures computed from others (gain, volume-weighted price)"),
 )}
 
 #: The query of the numpy ratio: its DEFINE is exactly ``price < PREV(price)``
