@@ -17,6 +17,10 @@ where they become Arrow arrays. The subset:
 - ``COUNT(*)``, ``COUNT(X.*)``, ``COUNT(X.col)``, ``SUM``/``AVG``/``MIN``/
   ``MAX(X.col)`` and their forms over every row of the match;
 
+- an expression over the above (``LAST(UP.price) - FIRST(A.price)``, CASE,
+  casts): the leaves per match on the device, the expression around them
+  on the host over per-match arrays (measure_exprs.py);
+
 over integer, floating point (32 and 64 bit), boolean, date, timestamp and
 duration columns (COUNT of a column reads only its validity, so any type).
 Anything else (arithmetic over these, PREV/NEXT, CASE, strings, DISTINCT,
@@ -55,6 +59,7 @@ from typing import NamedTuple, Optional, Union
 import numpy as np
 import pyarrow as pa
 
+from . import measure_exprs
 from .analysis import CheckedQuery
 from .pattern.nfa import compile_nfa, edge_variables
 from .syntax import ast as A
@@ -197,6 +202,8 @@ def _forms(query: CheckedQuery) -> Union[list, str]:
         out = []
         for m in query.measures:
             form = _form(query, m.expr, edges)
+            if isinstance(form, str) and not isinstance(m.expr, measure_exprs.LEAVES):
+                form = _expression_form(query, m.expr, edges) or form
             if isinstance(form, str):
                 out = f"measure {m.name}: {form}"
                 break
@@ -205,10 +212,29 @@ def _forms(query: CheckedQuery) -> Union[list, str]:
     return out
 
 
+def _expression_form(query: CheckedQuery, e: A.Expr, edges: tuple) -> Optional[tuple]:
+    """``("expr", e, ((leaf, form), ...))`` for an expression over leaves
+    that all have device forms (``LAST(UP.price) - FIRST(A.price)``): the
+    leaves per match on the device, the expression around them on the host
+    (measure_exprs.py, O(matches)); None when some leaf has none."""
+    found = measure_exprs.leaves(e)
+    if not found:
+        return None
+    forms = []
+    for leaf in found:
+        form = _form(query, leaf, edges)
+        if isinstance(form, str):
+            return None
+        forms.append((leaf, form))
+    return ("expr", e, tuple(forms))
+
+
 def _needs_paths(form: tuple) -> bool:
     """Whether a form reads the matches' labels (else starts, ends and
     numbers serve)."""
     kind = form[0]
+    if kind == "expr":
+        return any(_needs_paths(f) for _, f in form[2])
     if kind in ("number", "rows"):
         return False
     if kind == "value":
@@ -374,6 +400,15 @@ class _Run:
     def measure(self, form: tuple):
         from .kernels import gpu_measures as K
         f, kind = self.f, form[0]
+        if kind == "expr":
+            _, expr, leaf_forms = form
+            arrays = {id(leaf): self.measure(leaf_form) for leaf, leaf_form in leaf_forms}
+            bad = [a for a in arrays.values() if isinstance(a, str)]
+            if bad:
+                return bad[0]
+            arr = measure_exprs.evaluate(self.q, expr, expr.type, int(f.starts.shape[0]),
+                                         lambda leaf: arrays.get(id(leaf)))
+            return arr if arr is not None else "the expression raises or is inexact here"
         if kind == "number":
             return pa.array(self.to_host(f.numbers).astype(np.int64), pa.int64())
         if kind == "label":

@@ -151,7 +151,8 @@ def test_arrow_input_runs_every_stage_on_the_device(shuffled):
 
 MEASURES = ("COUNT(*) AS n, MATCH_NUMBER() AS m, FIRST(a) AS fa, LAST(b) AS lb, "
             "SUM(c) AS sc, MIN(b) AS mb, MAX(a) AS xa, AVG(b) AS ab, CLASSIFIER() AS cl, "
-            "COUNT(b) AS nb, FIRST(ts, 1) AS t1")
+            "COUNT(b) AS nb, FIRST(ts, 1) AS t1, LAST(b) - FIRST(a) * 2 AS d, "
+            "CASE WHEN COUNT(*) > 2 THEN CLASSIFIER() END AS k")
 
 
 @settings(max_examples=600 if FULL else 60, deadline=None,

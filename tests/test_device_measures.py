@@ -337,16 +337,18 @@ def reason_of(measures: str, rows: str = "") -> str:
     "MATCH_NUMBER()", "CLASSIFIER()", "CLASSIFIER(A)", "x", "B.y", "FIRST(x)", "LAST(B.k, 2)",
     "FINAL LAST(CLASSIFIER())", "RUNNING FIRST(A.x)", "COUNT(*)", "COUNT(B.*)", "COUNT(B.s)",
     "SUM(B.x)", "SUM(y)", "AVG(k)", "MIN(B.y)", "MAX(x)", "FINAL COUNT(A.x)",
+    # expressions over those: leaves on the device, the rest per match on the host
+    "x + 1", "CASE WHEN x > 1 THEN 1 ELSE 0 END", "SUM(x) + 1", "LAST(B.y) - FIRST(x)",
 ])
 def test_reason_accepts(measure):
     assert reason_of(f"{measure} AS m") is None
 
 
 @pytest.mark.parametrize("measure,why", [
-    ("x + 1", "x + 1"), ("PREV(x)", "PREV"), ("NEXT(B.x)", "NEXT"),
-    ("CASE WHEN x > 1 THEN 1 ELSE 0 END", "CASE"), ("s", "type"), ("MIN(s)", "order"),
+    ("PREV(x) + 1", "PREV"), ("PREV(x)", "PREV"), ("NEXT(B.x)", "NEXT"),
+    ("CASE WHEN PREV(x) > 1 THEN 1 ELSE 0 END", "CASE"), ("s", "type"), ("MIN(s)", "order"),
     ("COUNT(DISTINCT x)", "DISTINCT"), ("PREV(LAST(B.x), 1)", "PREV"),
-    ("LAST(B.s)", "type"), ("SUM(x) + 1", "SUM"), ("MAX_BY(x, y)", "MAX_BY"),
+    ("LAST(B.s)", "type"), ("SUM(x * 2) + 1", "SUM"), ("MAX_BY(x, y)", "MAX_BY"),
 ])
 def test_reason_declines(measure, why):
     reason = reason_of(f"COUNT(*) AS n, {measure} AS bad")
