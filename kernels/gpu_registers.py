@@ -53,8 +53,8 @@ MAX_JOBS = 1 << 17
 def partition_kernel(jobs, offsets, start_state, op, out, out2, var, excl, skip_kind, skip_set,
                      init_i, init_f, base, size, th_state, th_node, th_reg, pool_i, pool_f,
                      seen_stamp, seen_head, ent_row, ent_next, stack, log_par, log_var, log_exc,
-                     ctr, icols, fcols, valid, ci, cf, m_part, m_num, m_start, m_end, labels,
-                     lexc, out_ctr, status):
+                     ctr, icols, fcols, valid, ci, cf, horizon, timed, m_part, m_num, m_start,
+                     m_end, labels, lexc, out_ctr, status):
     """Thread ``j``: ``run_partitions`` over partition ``jobs[j]`` alone (the
     offsets up to its end, starting at it), on its slices: from
     ``base[j, b]``, ``size[j, b]`` entries of buffer ``b`` (twice that for
@@ -83,7 +83,7 @@ def partition_kernel(jobs, offsets, start_state, op, out, out2, var, excl, skip_
             pool_f[r0:r1], seen_stamp[j], seen_head[j], ent_row[s0:s1], ent_next[s0:s1],
             stack[j], log_par[g0:g1], log_var[g0:g1], log_exc[g0:g1], ctr[j], icols, fcols,
             valid, ci, cf, m_part[m0:m1], m_num[m0:m1], m_start[m0:m1], m_end[m0:m1],
-            labels[l0:l1], lexc[l0:l1], out_ctr[j])
+            labels[l0:l1], lexc[l0:l1], out_ctr[j], horizon, timed)
         status[j] = st
 
 
@@ -148,7 +148,8 @@ def run_on_device(backend, kernel, offsets: np.ndarray, program: tuple, columns:
     ``offsets``: the partition offsets (host); ``program``: the device
     arrays and scalars ``(start_state, op, out, out2, var, excl, skip_kind,
     skip_set, init_i, init_f)``; ``columns``: ``(icols, fcols, valid, ci,
-    cf)`` on the device; ``first_sizes(lengths)``: the first sizes of the
+    cf, horizon, timed)`` on the device (``horizon``: a time limit's per-row
+    horizons, a dummy unless ``timed``); ``first_sizes(lengths)``: the first sizes of the
     six buffers (K.B_*) per partition, an int64 array (partitions x 6);
     ``ki``, ``kf``: registers per row.
 

@@ -241,14 +241,15 @@ def copy_regs(si, sf, src, di, df, dst, ki, kf):
         df[dst, k] = sf[src, k]
 
 
-def closure(entry, node, row, q, lo, hi, start, mno, op, out, out2, var,
+def closure(entry, node, row, q, lo, hi, cut, start, mno, op, out, out2, var,
             pi, pf, th_state, th_node, th_reg, seen_stamp, seen_head, ent_row,
             ent_next, stack, ctr, icols, fcols, valid, ci, cf):
     """Add the CONSUME/MATCH states reachable from ``entry`` at row ``q`` to
     the next thread list (the half of ``th_*`` from ctr[C_TB]), in priority
     order, each (state, registers) once per step; ASSERT_NOT's scratch
-    register row is in the next half of the pools (from ctr[C_PB]).
-    Returns a status."""
+    register row is in the next half of the pools (from ctr[C_PB]). No
+    variable may take a row at or after ``cut`` (``hi``, or a time limit's
+    horizon of the search). Returns a status."""
     ki = pi.shape[1]
     kf = pf.shape[1]
     stamp = ctr[C_STAMP]
@@ -296,7 +297,7 @@ def closure(entry, node, row, q, lo, hi, start, mno, op, out, out2, var,
                 sp += 1
         elif o == ASSERT_NOT:
             fails = True
-            if q < hi:
+            if q < cut:
                 if ctr[C_POOL] >= pi.shape[0] // 2:
                     ctr[C_DETAIL] = B_POOL
                     return GROW
@@ -330,11 +331,13 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
                    skip_set, init_i, init_f, th_state, th_node, th_reg, pool_i, pool_f,
                    seen_stamp, seen_head, ent_row, ent_next, stack, log_par, log_var, log_exc,
                    ctr, icols, fcols, valid, ci, cf, m_part, m_num, m_start, m_end, labels,
-                   lexc, out_ctr):
+                   lexc, out_ctr, horizon, timed):
     """Match partitions ``first_part ..``; matches go to ``m_*`` (count in
     out_ctr[0]) and their rows' labels to ``labels``/``lexc`` (count in
     out_ctr[1]). Returns (status, partition): DONE, or the partition where it
-    stopped and why (detail in ctr[C_DETAIL]).
+    stopped and why (detail in ctr[C_DETAIL]). With ``timed`` (a time
+    limit), a search starting at row s takes no row at or after
+    ``horizon[s]`` (gpu_mr/horizons.py); else ``horizon`` is never read.
 
     GROW keeps the output so far and records where to resume (ctr[C_POS] the
     search to redo, ctr[C_NUM] the matches of the partition before it,
@@ -382,9 +385,12 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
             ctr[C_LOG] = 1
             end = -1
             end_node = 0
-            st = closure(start_state, 0, 0, pos, lo, hi, pos, mno, op, out, out2, var, pool_i,
-                         pool_f, th_state, th_node, th_reg, seen_stamp, seen_head, ent_row,
-                         ent_next, stack, ctr, icols, fcols, valid, ci, cf)
+            cut = hi
+            if timed and horizon[pos] < hi:
+                cut = horizon[pos]
+            st = closure(start_state, 0, 0, pos, lo, hi, cut, pos, mno, op, out, out2, var,
+                         pool_i, pool_f, th_state, th_node, th_reg, seen_stamp, seen_head,
+                         ent_row, ent_next, stack, ctr, icols, fcols, valid, ci, cf)
             cur = 0                     # the half holding the current thread list
             n_cur = ctr[C_NXT]
             q = pos
@@ -402,7 +408,7 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
                         end = q
                         end_node = th_node[t]
                         break
-                    if q >= hi:
+                    if q >= cut:            # past the partition, or out of time
                         continue
                     if ctr[C_POOL] >= n_pool:
                         ctr[C_DETAIL] = B_POOL
@@ -428,10 +434,10 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
                         log_var[node] = v
                         log_exc[node] = excl[s]
                         ctr[C_LOG] = node + 1
-                        st = closure(out[s], node, r, q + 1, lo, hi, pos, mno, op, out, out2,
-                                     var, pool_i, pool_f, th_state, th_node, th_reg, seen_stamp,
-                                     seen_head, ent_row, ent_next, stack, ctr, icols, fcols,
-                                     valid, ci, cf)
+                        st = closure(out[s], node, r, q + 1, lo, hi, cut, pos, mno, op, out,
+                                     out2, var, pool_i, pool_f, th_state, th_node, th_reg,
+                                     seen_stamp, seen_head, ent_row, ent_next, stack, ctr, icols,
+                                     fcols, valid, ci, cf)
                         if st != DONE:
                             break
                 cur = nxt

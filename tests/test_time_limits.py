@@ -1,11 +1,12 @@
-"""Time limits (WITHIN / INTERVAL) on the CPU engine's DFA scan.
+"""Time limits (WITHIN / INTERVAL) on the fast engines.
 
 Differential: random row-local clauses with random limits over random
 tables with a TIMESTAMP clock (ties, NULL clocks at either end, several
-partitions, every AFTER MATCH SKIP): the CPU engine must return exactly the
-reference engine's matches, in one piece, in speculative chunks, and in a
-stream of batches; so must the GPU engine (the CUDA simulator without a
-GPU). Unit tests of the per-row horizons (gpu_mr/horizons.py):
+partitions, every AFTER MATCH SKIP): the CPU engine's DFA scan must return
+exactly the reference engine's matches, in one piece, in speculative
+chunks, and in a stream of batches; so must the GPU engine (the CUDA
+simulator without a GPU), and the register machine for DEFINEs that read
+the match so far. Unit tests of the per-row horizons (gpu_mr/horizons.py):
 strictness at exactly the limit, NULL clocks, calendar months, saturation,
 and a brute-force comparison with the reference's own deadline rule.
 """
@@ -26,6 +27,7 @@ pytest.importorskip("numba", reason="the cpu extra (numba) is not installed")
 import gpu_mr  # noqa: E402
 from gpu_mr import backend as B  # noqa: E402
 from gpu_mr.analysis import analyze  # noqa: E402
+from gpu_mr.engines import registers as R  # noqa: E402
 from gpu_mr.engines.cpu import CpuEngine  # noqa: E402
 from gpu_mr.engines.gpu import GpuEngine  # noqa: E402
 from gpu_mr.engines.reference import ReferenceEngine, time_limit_deadline  # noqa: E402
@@ -39,6 +41,7 @@ from gpu_mr.syntax import types as T  # noqa: E402
 
 from test_cpu_engine import outcome  # noqa: E402
 from test_differential import ROW_LOCAL, VARS, patterns  # noqa: E402
+from test_registers import queries as register_queries  # noqa: E402
 
 FULL = os.environ.get("GPU_MR_FULL_TESTS") == "1"
 
@@ -293,13 +296,65 @@ def test_without_a_limit_the_scan_is_unchanged():
     assert "time limit" in cpu.last_run.scan
 
 
-def test_state_dependent_defines_with_a_limit_go_to_the_reference():
+# ------------------------------------------------------------ the register machine
+
+@st.composite
+def timed_stateful_clauses(draw):
+    """test_registers.py's random queries (DEFINEs that read the match so
+    far), each with a time limit."""
+    clause = draw(register_queries())
+    if "WITHIN" in clause or "ALL MATCHES" in clause:
+        return clause
+    limit = draw(st.sampled_from(LIMITS)).format(k=draw(st.integers(1, 4)),
+                                                 ms=draw(st.integers(1, 4000)))
+    cut = min([clause.find(w) for w in (" SUBSET ", " DEFINE ") if w in clause],
+              default=len(clause))
+    return f"{clause[:cut]} {limit}{clause[cut:]}"
+
+
+@_settings(200, 2000)
+@given(timed_stateful_clauses(), clocked_tables(14))
+def test_register_machine_equals_reference(clause, table):
+    query = analyze(parse_clause(clause), table.schema)
+    if R.supports(query) is not None:
+        return
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    want = outcome(ReferenceEngine(), query, data)
+    assert outcome(_Registers(), query, data) == want, f"\n{clause}\n{table.to_pydict()}"
+
+
+class _Registers:
+    """The register machine as plain Python (the compiled kernel is the
+    same source; test_registers.py compares the two)."""
+
+    @staticmethod
+    def find_matches(query, data):
+        return R.find_matches(query, data, jit=False)
+
+
+def test_state_dependent_defines_with_a_limit_run_on_the_register_machine():
     t = pa.table({"ts": pa.array(range(4), pa.timestamp("s")), "a": [1, 2, 3, 4]})
-    query = analyze(parse_clause("ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
-                                 "WITHIN INTERVAL '2' SECOND DEFINE B AS a > LAST(A.a)"),
-                    t.schema)
-    reason = CpuEngine().supports(query)
-    assert reason is not None and "time limit" in reason
-    out = gpu_mr.match_recognize(t, "ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
-                                 "WITHIN INTERVAL '2' SECOND DEFINE B AS a > LAST(A.a)")
-    assert out["n"].to_pylist() == [2, 2]
+    clause = ("ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
+              "WITHIN INTERVAL '2' SECOND DEFINE B AS a > LAST(A.a)")
+    query = analyze(parse_clause(clause), t.schema)
+    cpu = CpuEngine()
+    assert cpu.supports(query) is None
+    found = cpu.find_matches(query, sort_for_matching(t, (), query.order_keys)).to_matches()
+    assert [(m.start, m.end) for m in found] == [(0, 1), (2, 3)]
+    assert cpu.last_run.path == "registers"
+    assert gpu_mr.match_recognize(t, clause, engine="cpu")["n"].to_pylist() == [2, 2]
+
+
+@pytest.mark.parametrize("define", ["a > 0", "COUNT(A.*) >= 1"])
+def test_a_possessive_quantifier_ends_at_the_horizon(define):
+    # A++ gives no row back: its exit needs A unable to take the next row,
+    # which a row out of time is, though A's DEFINE holds there.
+    t = pa.table({"ts": pa.array(range(5), pa.timestamp("s")), "a": [1] * 5})
+    clause = (f"ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A++) WITHIN INTERVAL '2' SECOND "
+              f"DEFINE A AS {define}")
+    query = analyze(parse_clause(clause), t.schema)
+    data = sort_for_matching(t, (), query.order_keys)
+    want = outcome(ReferenceEngine(), query, data)
+    assert [(s, e) for _, _, s, e, _, _ in want] == [(0, 1), (2, 3), (4, 4)]
+    assert outcome(CpuEngine(), query, data) == want
+    assert outcome(_Registers(), query, data) == want

@@ -86,9 +86,6 @@ def choose_path(query: CheckedQuery) -> tuple:
     if (query.mode is not None or query.skip.kind == "CURRENT_ROW"
             or query.match_filter is not None):
         return None, reason
-    if query.time_limit is not None:
-        return None, (f"{reason}, with the time limit {query.time_limit.to_sql()}: the "
-                      "register machine does not run time limits")
     registers_reason = _registers_reason(query)
     if registers_reason is None:
         return "registers", None

@@ -105,7 +105,11 @@ def find_matches_on_device(backend: B.Backend, query: CheckedQuery, data: Sorted
         return MatchArrays.from_matches(R._reference(query, data, range(n_parts)))
     d = backend.to_device
     ci, cf = plan.constants(True)
-    columns = (d(icols), d(fcols), d(valid), d(ci), d(cf))
+    horizon, timed = np.zeros(1, dtype=np.int64), np.bool_(False)
+    if query.time_limit is not None:    # per-row horizons from the host, read on the device
+        from ..horizons import row_horizons
+        horizon, timed = row_horizons(query, data), np.bool_(True)
+    columns = (d(icols), d(fcols), d(valid), d(ci), d(cf), d(horizon), timed)
     program = (int(plan.start_state), d(plan.op), d(plan.out), d(plan.out2), d(plan.var),
                d(plan.excl), int(plan.skip_kind), d(plan.skip_set),
                d(np.array(plan.layout.init_i or [0], dtype=np.int64)),

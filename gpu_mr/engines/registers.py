@@ -35,8 +35,10 @@ interpreter would raise, or a value leaves what the registers hold exactly
 kernel stops and that partition is rerun by the reference engine, which gives
 the exact result or error.
 
-Declined (``supports`` says why): matching modes, SKIP TO CURRENT ROW, time
-limits, match conditions, DISTINCT and other aggregates, columns other than
+Time limits (WITHIN / INTERVAL): each search stops at its row's horizon
+(gpu_mr/horizons.py), as the DFA scan does.
+Declined (``supports`` says why): matching modes, SKIP TO CURRENT ROW,
+match conditions, DISTINCT and other aggregates, columns other than
 integer/double/boolean, strings except CLASSIFIER compared with literals,
 CLASSIFIER at rows the registers do not keep, ROUND/LN/EXP/POWER and casts
 that go through decimals.
@@ -239,8 +241,6 @@ class _Plan:
             raise _Decline(f"{q.mode} MATCH mode is run by the reference engine")
         if q.skip.kind == "CURRENT_ROW":
             raise _Decline("AFTER MATCH SKIP TO CURRENT ROW keeps every match (ALL MATCHES)")
-        if q.time_limit is not None:
-            raise _Decline("time limits (WITHIN / INTERVAL) are run by the reference engine")
         if q.match_filter is not None:
             raise _Decline("a condition on the whole match is run by the reference engine")
         self.query = q
@@ -1350,6 +1350,10 @@ def _drive(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, f
     init_i = np.array(plan.layout.init_i or [0], dtype=np.int64)
     init_f = np.array(plan.layout.init_f or [0.0], dtype=np.float64)
     ci, cf = plan.constants(jit)
+    horizon, timed = offsets, False      # never read without a time limit
+    if query.time_limit is not None:
+        from ..horizons import row_horizons
+        horizon, timed = row_horizons(query, data), True
     chunks: list = []
     part = 0
     out_ctr = np.zeros(2, dtype=np.int64)
@@ -1360,7 +1364,7 @@ def _drive(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, f
             plan.skip_kind, plan.skip_set, init_i, init_f, b.th_state, b.th_node, b.th_reg,
             b.pool_i, b.pool_f, b.seen_stamp, b.seen_head, b.ent_row, b.ent_next, b.stack,
             b.log_par, b.log_var, b.log_exc, b.ctr, icols, fcols, valid, ci, cf, b.m_part,
-            b.m_num, b.m_start, b.m_end, b.labels, b.lexc, out_ctr)
+            b.m_num, b.m_start, b.m_end, b.labels, b.lexc, out_ctr, horizon, timed)
         if status == K.DONE:
             break
         if status == K.GROW:
@@ -1415,7 +1419,7 @@ def _reference(query: CheckedQuery, data: SortedInput, parts) -> list:
     """The reference engine's matches (or error) for some partitions."""
     from .reference import _PartitionMatcher, _referenced_columns
     program = compile_nfa(query.pattern, query.primary_vars)
-    needed = _referenced_columns(query)
+    needed = _referenced_columns(query) | ({query.time_column} if query.time_column else set())
     columns = {name: T.arrow_values(data.table.column(name), t)
                for name, t in query.column_types.items() if name in needed}
     interp = Interpreter(query, columns)
