@@ -48,7 +48,8 @@ def explain(query: CheckedQuery, schema_known: bool = True) -> str:
     lines.append("measures:" if query.measures else "measures: (none)")
     for m in query.measures:
         type_name = "(type known with a schema)" if m.type.kind == "UNKNOWN" else m.type.sql_name()
-        lines.append(f"  {m.name} {type_name} = {m.expr.to_sql()}")
+        lines.append(f"  {m.name} {type_name} = {m.expr.to_sql()}" + (
+            _measure_path(query, m) if schema_known else ""))
     if schema_known:
         lines.append("output: " + ", ".join(f"{f.name} {f.type}" for f in query.output_schema))
     else:
@@ -58,6 +59,17 @@ def explain(query: CheckedQuery, schema_known: bool = True) -> str:
     lines.append("dfa: " + _dfa_summary(query, program))
     lines += _engine_lines(query, schema_known)
     return "\n".join(lines)
+
+
+def _measure_path(query: CheckedQuery, m) -> str:
+    """How the fast engines compute a measure: over whole arrays, or by the
+    interpreter per output row (and why)."""
+    from .measures import vectorised_reason
+    try:
+        reason = vectorised_reason(query, m.expr)
+    except Exception as exc:        # explain() must not fail on a plan it cannot judge
+        reason = f"{type(exc).__name__}"
+    return "  [vectorised]" if reason is None else f"  [per output row: {reason}]"
 
 
 def _engine_lines(query: CheckedQuery, schema_known: bool) -> list:

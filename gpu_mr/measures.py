@@ -184,6 +184,49 @@ class _OneRowPerMatch:
         return self._ma.label_offsets[1:] - 1
 
 
+def vectorised_reason(query: CheckedQuery, e: A.Expr) -> Optional[str]:
+    """None when the measure expression ``e`` is computed over whole arrays
+    (:class:`_Vectors`, measure_exprs.py), else why the interpreter computes
+    it per output row (for explain()). Data can still send a vectorised
+    measure to the interpreter (a BIGINT sum leaving its range, a row where
+    the expression raises)."""
+    if isinstance(e, (A.MatchNumber, A.Classifier, A.ColumnRef)):
+        return None
+    if isinstance(e, A.Navigation):
+        inner = e.arg.arg if isinstance(e.arg, A.Navigation) else e.arg
+        if isinstance(inner, (A.ColumnRef, A.Classifier)):
+            return None
+        return f"{e.kind} of an expression"
+    if isinstance(e, A.Aggregate):
+        if e.star:
+            return None
+        if e.distinct or e.over_order or len(e.args) != 1 \
+                or e.name not in ("COUNT", "SUM", "AVG", "MIN", "MAX"):
+            return f"{e.to_sql()}"
+        arg = e.args[0]
+        if (e.name in ("SUM", "AVG") and arg.type is not None
+                and arg.type.kind not in ("BIGINT", "DOUBLE")):
+            return f"{e.name} of a {arg.type.kind} value"
+        if isinstance(arg, A.ColumnRef):
+            return None
+        empty = SortedInput(query.input_schema.empty_table(), np.zeros(1, dtype=np.int64),
+                            np.zeros(0, dtype=np.int64), True)
+        if measure_exprs.row_values(query, empty, arg, e.var) is None:
+            return f"the argument of {e.to_sql()}"
+        return None
+    found = measure_exprs.leaves(e)
+    if found is None:
+        return "it reads the clock or a subquery"
+    for leaf in found:
+        reason = vectorised_reason(query, leaf)
+        if reason is not None:
+            return reason
+    empty = {id(leaf): pa.array([], leaf.type.arrow()) for leaf in found if leaf.type}
+    if measure_exprs.evaluate(query, e, e.type, 0, lambda leaf: empty.get(id(leaf))) is None:
+        return f"{e.to_sql()} is not vectorised"
+    return None
+
+
 def output_rows(query: CheckedQuery, data: SortedInput, ma: MatchArrays) -> OutputRows:
     """The output rows of ``query`` over ``ma`` (for ALL ROWS, ``ma`` must be
     in partition order; match order within a partition is kept)."""

@@ -630,3 +630,20 @@ def test_nan_from_zero_divided_by_zero_is_the_interpreters():
     table = pa.table({"ts": [0, 1], "x": [0.0, float("nan")], "a": [0, 0]})
     both("ORDER BY ts MEASURES SUM(x * a) / SUM(a) AS q, MAX(x) / 0 AS r, "
          "MAX(x) % 0 AS s ALL ROWS PER MATCH PATTERN (A+) DEFINE A AS TRUE", table)
+
+
+@pytest.mark.parametrize("measure,vectorised", [
+    ("LAST(C.price) - FIRST(A.price)", True), ("SUM(B.price * B.ts) / SUM(B.ts)", True),
+    ("CASE WHEN COUNT(*) > 2 THEN CLASSIFIER() END", True), ("MATCH_NUMBER()", True),
+    ("COUNT(DISTINCT price)", False), ("ROUND(AVG(x), 2)", False), ("CURRENT_DATE", False),
+])
+def test_vectorised_reason_names_what_explain_shows(measure, vectorised):
+    query = analyze(parse_clause(FALLS_RISES.format(m=f"{measure} AS m", rows="",
+                                                    skip="PAST LAST ROW")), TICKS.schema)
+    reason = measures.vectorised_reason(query, query.measures[0].expr)
+    assert (reason is None) == vectorised, reason
+    if vectorised:      # and the vectorised form does run: no interpreter call
+        data = sort_for_matching(TICKS, query.partition_columns, query.order_keys)
+        ma = MatchArrays.from_matches(ReferenceEngine().find_matches(query, data))
+        vec = measures._Vectors(query, data, ma, measures.output_rows(query, data, ma), {})
+        assert vec.measure(query.measures[0]) is not None
