@@ -39,8 +39,8 @@ def explain(query: CheckedQuery, schema_known: bool = True) -> str:
                  + ("" if query.rows_per_match == "ONE" else f" ({query.empty_matches})"))
     lines.append(f"after match: {query.skip.to_sql()}")
     if query.mode is not None:
-        lines.append(f"matching mode: {'ALL MATCHES' if query.mode == 'ALL' else query.mode + ' MATCH'}"
-                     " (the 2007 proposal's; see docs/semantics.md)")
+        mode = "ALL MATCHES" if query.mode == "ALL" else query.mode + " MATCH"
+        lines.append(f"matching mode: {mode} (the 2007 proposal's; see docs/semantics.md)")
     if query.time_limit is not None:
         lines.append(f"time limit: {query.time_limit.to_sql()} on {query.time_column}")
     if query.match_filter is not None:

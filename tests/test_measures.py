@@ -435,7 +435,8 @@ def queries(draw):
     for v in used:
         if draw(st.integers(0, 4)):
             t = draw(st.sampled_from(ROW_LOCAL + STATEFUL))
-            defines.append(f"{v} AS {t.format(v=v, w=draw(st.sampled_from(used)), k=draw(st.integers(0, 3)))}")
+            cond = t.format(v=v, w=draw(st.sampled_from(used)), k=draw(st.integers(0, 3)))
+            defines.append(f"{v} AS {cond}")
     names = list(used)
     subset = ""
     if len(used) >= 2 and draw(st.booleans()):
