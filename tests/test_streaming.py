@@ -209,3 +209,18 @@ def test_a_stream_whose_last_search_ends_at_its_last_row(engine):
         batches = [t.slice(0, cut), t.slice(cut, 0), t.slice(cut)]
         pieces = list(gpu_mr.match_recognize_batches(batches, q, engine=engine))
         assert pa.concat_tables(pieces).equals(want), cut
+
+
+@pytest.mark.parametrize("engine", ["cpu", "gpu"])
+def test_a_batch_ending_with_its_last_search_then_a_new_partition(engine):
+    # No search is undecided at the first batch's end; the next batch starts
+    # a new partition, whose matches count from 1 (the carry keeps the last
+    # row, so the seam between the partitions is seen).
+    t = pa.table({"p": [0, 0, 1], "ts": [0, 1, 0], "a": [0, 0, 0]})
+    q = ("PARTITION BY p ORDER BY ts MEASURES MATCH_NUMBER() AS mno "
+         "PATTERN (()*?)")
+    want = gpu_mr.match_recognize(t, q, engine="reference")
+    got = pa.concat_tables(gpu_mr.match_recognize_batches([t.slice(0, 2), t.slice(2)], q,
+                                                          engine=engine))
+    assert got.equals(want)
+    assert got["mno"].to_pylist() == [1, 2, 1]
