@@ -441,7 +441,17 @@ def _fill_runs(small: pa.Array, counts: np.ndarray) -> Optional[pa.Array]:
     fixed = _fixed_chunks(pa.chunked_array([small], t))
     if fixed is not None:
         words = fixed.chunks[0][2] if fixed.chunks else np.zeros(0, fixed.word)
-        return pa.Array.from_buffers(t, n, [None, pa.py_buffer(np.repeat(words, counts))])
+        runs = np.flatnonzero(counts)
+        if n >= _MIN_RUN_ROWS * len(runs):
+            # long runs: one slice fill each (a memset's speed) beats np.repeat's
+            # per-element loop (about 5 ns a row)
+            out = np.empty(n, words.dtype)
+            ends = np.cumsum(counts)
+            for p in runs.tolist():
+                out[int(ends[p] - counts[p]):int(ends[p])] = words[p]
+        else:
+            out = np.repeat(words, counts)
+        return pa.Array.from_buffers(t, n, [None, pa.py_buffer(out)])
     runs = np.flatnonzero(counts)
     if not _is_binary_like(t) or n < _MIN_RUN_ROWS * len(runs):
         return None
