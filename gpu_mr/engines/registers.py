@@ -394,17 +394,29 @@ def _kernel_text(source: str, header: list, primitives: Optional[dict] = None,
     them), then the generated ``source``. ``primitives`` binds some helpers'
     names to other code instead of their bodies (a device's math functions,
     K.DEVICE_PRIMITIVES)."""
-    import inspect
-
     primitives = primitives or {}
     body = list(header) + ["import math", "import numpy as np", ""]
     body += [f"{n} = {getattr(K, n)!r}" for n in dir(K)
              if n.isupper() and isinstance(getattr(K, n), int)]
-    body += [inspect.getsource(getattr(K, n)) for n in K.SHARED_FUNCTIONS + K.QUERY_FUNCTIONS
+    body += [_source_of(getattr(K, n)) for n in K.SHARED_FUNCTIONS + K.QUERY_FUNCTIONS
              if n not in primitives]
     body += [f"{n} = {code}" for n, code in primitives.items()] + [""]
-    body += [inspect.getsource(f) for f in extra]
+    body += [_source_of(f) for f in extra]
     return "\n".join(body) + "\n" + source
+
+
+_sources: dict = {}
+
+
+def _source_of(fn) -> str:
+    """A body's source, read once per process: inspect re-reads a file whose
+    modification time changed, and bodies from a newer file than the one
+    imported would not match this module's constants."""
+    text = _sources.get(fn)
+    if text is None:
+        import inspect
+        text = _sources[fn] = inspect.getsource(fn)
+    return text
 
 
 def _kernel_module(prefix: str, text: str) -> tuple:
