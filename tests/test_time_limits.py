@@ -358,3 +358,28 @@ def test_a_possessive_quantifier_ends_at_the_horizon(define):
     assert [(s, e) for _, _, s, e, _, _ in want] == [(0, 1), (2, 3), (4, 4)]
     assert outcome(CpuEngine(), query, data) == want
     assert outcome(_Registers(), query, data) == want
+
+
+@pytest.mark.parametrize("n_vars", [2, 9, 17])
+def test_the_empty_class_is_in_the_tables_though_no_row_has_it(n_vars):
+    # Every variable holds at every row (no DEFINE, or TRUE), so no row's
+    # class is empty; the horizon still steps with it, and only the empty
+    # class lets V1++ end there (whether a match ends depends on the class
+    # only through a possessive guard). 9 and 17 variables take the dense
+    # renumbering (a lookup table, then np.unique).
+    names = [f"V{i}" for i in range(n_vars)]
+    rest = f" ({' | '.join(names[2:])})?" if n_vars > 2 else ""
+    t = pa.table({"ts": pa.array([0, 0, 1, 2, 2, 3, 5], pa.timestamp("s")), "a": [1] * 7})
+    clause = (f"ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO NEXT ROW "
+              f"PATTERN (V0 V1++{rest}) WITHIN INTERVAL '2' SECOND DEFINE V1 AS TRUE")
+    query = analyze(parse_clause(clause), t.schema)
+    data = sort_for_matching(t, (), query.order_keys)
+    want = outcome(ReferenceEngine(), query, data)
+    assert [(s, e) for _, _, s, e, _, _ in want][:3] == [(0, 2), (1, 2), (2, 4)]
+    cpu = CpuEngine()
+    assert outcome(cpu, query, data) == want
+    assert cpu.last_run.path == "dfa"
+    if _NO_DEVICE is None:
+        gpu = GpuEngine()
+        gpu.chunk_rows = 2
+        assert outcome(gpu, query, data) == want
