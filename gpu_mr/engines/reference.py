@@ -48,6 +48,7 @@ THREAD_LIMIT = 200_000
 
 
 _NEVER = object()
+_FOREVER = object()
 
 
 def time_limit_deadline(start_time, interval: A.Literal):
@@ -57,7 +58,12 @@ def time_limit_deadline(start_time, interval: A.Literal):
         return _NEVER
     ns = _as_ns(start_time)
     if interval.literal_type == "interval_ym":
-        return _add_months(ns, interval.value)
+        try:
+            return _add_months(ns, interval.value)
+        except (ValueError, OverflowError):
+            # past the year 9999 (Python's dates end there): later than every
+            # clock value, so every row is in time (horizons.py saturates alike)
+            return _FOREVER
     return ns + interval.value
 
 
@@ -340,6 +346,8 @@ class _PartitionMatcher:
 
     def in_time(self, row: int, deadline) -> bool:
         t = self.clock[row]
+        if deadline is _FOREVER:
+            return t is not None
         return deadline is not _NEVER and t is not None and compare("<", t, deadline) is True
 
     def consume_fails(self, var: int, q: int, labels: list) -> bool:
