@@ -1,35 +1,42 @@
-"""The GPU engine: device masks, the chunked DFA scan and path recovery on a
-CUDA device (or numba's CUDA simulator).
+"""The GPU engine: the whole pipeline on a CUDA device (or numba's CUDA
+simulator), from the sort to the measures.
 
-What: for a query whose DEFINEs are all row-local, the columns the DEFINEs
-read move to the device once; the masks are evaluated there
+What: ``run_input`` runs a ONE ROW PER MATCH query whose DEFINEs are
+row-local and whose measures are in the device subset entirely on the
+device: the columns it reads come from a ``device_input.DeviceInput`` (a
+pyarrow Table's moved once through pinned staging, or a cuDF frame's
+shared), the rows are put in matching order there (device_frames.py: a
+sortedness check, else a stable sort), the DEFINE masks are evaluated there
 (predicates/device_masks.py: generated elementwise code over cupy arrays)
-and bit-packed into per-row class bitmasks; the leftmost-first DFA
-(pattern/dfa.py, the CPU engine's) is explored over the classes present; the
-scan and path recovery run as ``numba.cuda`` kernels compiled from the CPU
-engine's own kernel bodies (kernels/gpu_scan.py: speculative chunks of
+and bit-packed into per-row class bitmasks, the leftmost-first DFA
+(pattern/dfa.py, the CPU engine's) is explored over the classes present,
+the scan and path recovery run as ``numba.cuda`` kernels compiled from the
+CPU engine's own kernel bodies (kernels/gpu_scan.py: speculative chunks of
 partitions with boundary repair, so one huge partition uses the whole
-device); matches are compacted and numbered with prefix sums. The result,
-a ``MatchArrays``, comes back to the host for the measures.
-Queries whose DEFINEs depend on the match so far run on the CPU engine's
-register machine (say so in ``last_run`` and explain()).
+device), matches are compacted and numbered with prefix sums, and the
+measures are computed one thread per match (device_measures.py); only the
+per-match results come back. Other queries (ALL ROWS PER MATCH, measures
+outside that subset, time limits) take ``find_matches``: sorted on the host
+(frames.py), matched on the device as above, the ``MatchArrays`` back to the
+host for measures.py. Queries whose DEFINEs depend on the match so far run
+on the register machine on the device (engines/gpu_registers.py), or on the
+CPU engine's where the device's cannot hold them or the partitions are too
+few to fill it; ``last_run`` and explain() say which.
 
 Exactness, as the CPU engine: DEFINEs outside the device subset, or data
 where a device mask would raise or be inexact, are evaluated by the host
 masks (whose class bytes then move to the device); where those fail, or the
-DFA is past its state cap, the reference engine's matcher answers.
+DFA is past its state cap, the reference engine's matcher answers. Under
+``NUMBA_ENABLE_CUDASIM=1`` numpy stands in for cupy and the kernels run in
+numba's simulator: this is how CI runs this engine's own code path;
+``engine="auto"`` never picks the simulator.
 
-Where it stands (see docs/architecture.md): sorting and partitioning are
-the host's (frames.py) and the measures are assembled on the host from the
-match arrays. Under ``NUMBA_ENABLE_CUDASIM=1`` numpy stands in for cupy and
-the kernels run in numba's simulator: this is how CI runs this engine's own
-code path; ``engine="auto"`` never picks the simulator.
-
-Cost on a device: one transfer of the DEFINE columns (none for data already
-there), one fused pass per predicate set, one pass over the class ids for
-the classes present, O(rows) scan plus the boundary replays, O(match
-length) recovery, O(matches) compaction; per row the scan needs about 11
-bytes of scratch besides the columns.
+Cost on a device: one transfer of the columns read (none for data already
+there), the order check (a sort when unsorted), one fused pass per
+predicate set, one pass over the class ids for the classes present, O(rows)
+scan plus the boundary replays, O(match length) recovery and measures,
+O(matches) compaction and results; per row the scan needs about 11 bytes of
+scratch besides the columns.
 """
 
 from __future__ import annotations
