@@ -158,18 +158,22 @@ class _LeafEval(M._Eval):
 def _to_arrow(v: M._Vec, valid: np.ndarray, t: T.SqlType) -> Optional[pa.Array]:
     """An evaluated column as an Arrow array of the measure's type."""
     target = t.arrow()
-    mask = ~valid
+    everywhere = bool(valid.all())          # no NULL: no validity to build
+    mask = None if everywhere else ~valid
     kind = v.kind
     if kind == "VARCHAR":
         values = v.values.cast(target)
+        if everywhere and values.null_count == 0:
+            return values
         return pc.if_else(pa.array(valid, pa.bool_()), values, pa.nulls(len(values), target))
     values = np.asarray(v.values)
     if kind == "BOOLEAN":
-        return pa.array(values.astype(bool), pa.bool_(), mask=mask)
+        return pa.array(values.astype(bool, copy=False), pa.bool_(), mask=mask)
     if kind == "DOUBLE":
-        return pa.array(values.astype(np.float64), pa.float64(), mask=mask).cast(target)
+        return pa.array(values.astype(np.float64, copy=False), pa.float64(),
+                        mask=mask).cast(target)
     if kind == "BIGINT":
-        return pa.array(values.astype(np.int64), pa.int64(), mask=mask).cast(target)
+        return pa.array(values.astype(np.int64, copy=False), pa.int64(), mask=mask).cast(target)
     if kind == "DATE":
         days = np.where(valid, values, 0)
         if np.any((days < -2**31) | (days >= 2**31)):
