@@ -102,6 +102,14 @@ def run_clause_on_arrow(table: pa.Table, text: str, *, engine: str = "auto", sta
         if result is not None:
             return result
     data = frames.sort_for_matching(table, query.partition_columns, query.order_keys)
+    slice_rows = getattr(chosen, "stream_rows", lambda q, d: None)(query, data)
+    if slice_rows:      # a partition wider than one device run: through it in slices
+        from .streaming import run_stream
+        n = data.table.num_rows
+        pieces = list(run_stream(query, chosen, (data.table.slice(lo, slice_rows)
+                                                 for lo in range(0, n, slice_rows))))
+        chosen.note_streamed(slice_rows)
+        return pa.concat_tables(pieces) if pieces else query.output_schema.empty_table()
     matches = chosen.find_matches(query, data)
     return assemble(query, data, matches)
 

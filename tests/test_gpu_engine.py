@@ -269,3 +269,21 @@ def test_few_partitions_leave_the_register_machine_to_the_cpu(monkeypatch):
     assert got.equals(gpu_mr.match_recognize(t, q, engine="reference"))
     run = gpu_mr.engines._AVAILABLE["gpu"].last_run
     assert run.path == "cpu registers" and "3 partitions are too few" in run.reason
+
+
+@pytest.mark.parametrize("rows_clause", ["ONE ROW PER MATCH", "ALL ROWS PER MATCH"])
+def test_a_partition_wider_than_a_device_run_streams_through_it(rows_clause):
+    # One partition of 600 rows, device runs of 64 rows: the rows go through
+    # the device in slices, each slice's open search carried into the next.
+    t = v_shape(600, 1, 11)
+    q = V.format(skip="PAST LAST ROW").replace("AFTER MATCH", rows_clause + " AFTER MATCH")
+    gpu = gpu_mr.engines._AVAILABLE["gpu"]
+    gpu.max_rows = 64
+    try:
+        got = gpu_mr.match_recognize(t, q, engine="gpu")
+        run = gpu.last_run
+    finally:
+        gpu.max_rows = None
+    assert got.equals(gpu_mr.match_recognize(t, q, engine="reference"))
+    assert "streamed through the device in slices of 64 rows" in run.reason, run
+    assert got.num_rows > 20

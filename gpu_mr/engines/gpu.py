@@ -153,6 +153,29 @@ class GpuEngine:
                 self.last_run.dfa_states, self.last_run.classes)
         return pieces[0][2] if len(pieces) == 1 else concat_matches(pieces)
 
+    def stream_rows(self, query: CheckedQuery, data: SortedInput) -> Optional[int]:
+        """Rows per slice when a partition of ``data`` is wider than one
+        device run takes: the caller then streams the rows through the
+        device in slices (streaming.py: each slice's open search carried
+        into the next), so that no size is too large for the device. None
+        when the partitions fit (groups of whole partitions then run), or
+        when the query does not run on the device's DFA path."""
+        backend = B.detect()
+        if isinstance(backend, str) or self.path_of(query) != "device" or not data.num_partitions:
+            return None
+        budget = self.max_rows or device_row_budget(backend, data.table.num_rows)
+        widest = int(np.diff(data.partition_offsets).max())
+        return budget if widest > budget else None
+
+    def note_streamed(self, slice_rows: int) -> None:
+        """Say in ``last_run`` that the rows went through in slices."""
+        run = self.last_run
+        self.last_run = RunInfo(run.path, "; ".join(
+            [run.reason] * bool(run.reason) + [f"streamed through the device in slices of "
+                                               f"{slice_rows:,} rows: a partition is wider "
+                                               "than one device run takes"]),
+            run.dfa_states, run.classes, run.scan)
+
     # -- the whole query on the device ---------------------------------------
 
     def pipeline_reason(self, query: CheckedQuery, schema: pa.Schema,
