@@ -153,3 +153,30 @@ def row_horizons(query, data, compiled: bool = True) -> np.ndarray:
     values, valid, unit_ns = clock_storage(data.table.column(query.time_column))
     last = last_in_time(values, unit_ns, query.time_limit.interval)
     return horizons_of(values, valid, last, data.partition_offsets, compiled)
+
+
+def device_row_horizons(backend, query, values, valid, t: pa.DataType, offsets):
+    """:func:`row_horizons` for a clock already on the device and sorted
+    there: ``values`` as ``device_input.DeviceInput.column`` holds them
+    (TIMESTAMP in its unit, DATE32 days, DATE64 milliseconds; NULL rows 0),
+    ``valid`` (device bool, or None: no NULL), its Arrow type ``t``, the
+    partition ``offsets`` (host). None for a month limit (calendar arithmetic
+    stays on the host: the caller takes the host path)."""
+    interval = query.time_limit.interval
+    if interval.literal_type == "interval_ym":
+        return None
+    from .kernels.gpu_horizons import run_horizons
+    xp = backend.xp
+    values = values.astype(np.int64)
+    if pa.types.is_timestamp(t):
+        unit_ns = T.NS_PER[t.unit]
+    else:
+        unit_ns = DAY_NS
+        if pa.types.is_date64(t):             # milliseconds; the reference reads the date
+            values = xp.floor_divide(values, 86400 * 1000)
+    if valid is None:
+        valid = xp.ones(values.shape[0], dtype=bool)
+    k = (int(interval.value) - 1) // unit_ns
+    last = (xp.full(values.shape[0], INT64_MAX, dtype=np.int64) if k >= INT64_MAX
+            else xp.minimum(values, INT64_MAX - k) + k)
+    return run_horizons(backend, values, valid, last, offsets)

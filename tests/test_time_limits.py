@@ -383,3 +383,40 @@ def test_the_empty_class_is_in_the_tables_though_no_row_has_it(n_vars):
         gpu = GpuEngine()
         gpu.chunk_rows = 2
         assert outcome(gpu, query, data) == want
+
+
+@pytest.mark.skipif(_NO_DEVICE is not None, reason=f"no GPU and no simulator: {_NO_DEVICE}")
+@_settings(40, 400)
+@given(timed_clauses(), clocked_tables(), st.booleans())
+def test_whole_device_pipeline_equals_reference(clause, table, shuffled):
+    """Time limits through the GPU engine's on-device pipeline: the rows
+    sorted there and the horizons computed there (kernels/gpu_horizons.py),
+    unsorted input included."""
+    clause = clause.replace("COUNT(*) AS n", "COUNT(*) AS n, MATCH_NUMBER() AS m, "
+                            "LAST(ts) AS e, FIRST(a) AS fa")
+    if shuffled and table.num_rows > 1:
+        table = table.take(np.random.default_rng(table.num_rows).permutation(table.num_rows))
+    try:
+        want = gpu_mr.match_recognize(table, clause, engine="reference")
+    except GpuMrError as exc:
+        with pytest.raises(type(exc)):
+            gpu_mr.match_recognize(table, clause, engine="gpu")
+        return
+    got = gpu_mr.match_recognize(table, clause, engine="gpu")
+    assert got.equals(want), f"\n{clause}\n{table.to_pydict()}"
+
+
+@_settings(60, 600)
+@given(timed_clauses(), clocked_tables())
+def test_device_horizon_body_equals_the_host_sweep(clause, table):
+    """kernels/gpu_horizons.py's per-row binary searches, run as plain
+    Python, against horizons.py's sweep."""
+    from gpu_mr.horizons import clock_storage, last_in_time
+    from gpu_mr.kernels.gpu_horizons import horizon_at
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    values, valid, unit_ns = clock_storage(data.table.column("ts"))
+    last = last_in_time(values, unit_ns, query.time_limit.interval)
+    offsets = data.partition_offsets.astype(np.int64)
+    got = [horizon_at(s, values, valid, last, offsets) for s in range(table.num_rows)]
+    assert got == row_horizons(query, data, compiled=False).tolist()

@@ -187,9 +187,10 @@ class GpuEngine:
             return B.detect()
         if self.path_of(query) != "device":
             return "a DEFINE depends on the match so far"
-        if query.time_limit is not None:
-            return (f"the time limit {query.time_limit.to_sql()}: its per-row horizons are "
-                    "computed on the host, from the host-sorted clock")
+        if (query.time_limit is not None
+                and query.time_limit.interval.literal_type == "interval_ym"):
+            return (f"the time limit {query.time_limit.to_sql()}: calendar months are "
+                    "added on the host")
         if not set(query.column_types) <= set(schema.names):
             return "the input's column types are not known yet (give a schema)"
         from .. import device_measures as DMe
@@ -259,9 +260,17 @@ class GpuEngine:
         if isinstance(prepared, str):
             return None                 # the host path says why the reference engine runs
         classes, tables, n_states, n_classes = prepared
-        found, _ = scan(backend, query, classes, offsets, tables, self.chunk_rows)
+        horizon = None
+        if query.time_limit is not None:    # each search's last row in time, on the device
+            from ..horizons import device_row_horizons
+            clock, clock_valid = (None if a is None else order.gather(a)
+                                  for a in source.column(query.time_column))
+            horizon = device_row_horizons(backend, query, clock, clock_valid,
+                                          source.schema.field(query.time_column).type, offsets)
+        found, _ = scan(backend, query, classes, offsets, tables, self.chunk_rows,
+                        horizon=horizon)
         if DMe.device_measures_need_paths(query):
-            recover(backend, classes, offsets, found, tables)
+            recover(backend, classes, offsets, found, tables, horizon=horizon)
         measure_columns = in_order({name: source.column(name)
                                     for name in DMe.device_measure_columns(query)})
         values = DMe.measures_on_device(backend, query, {
