@@ -15,8 +15,8 @@ measure does there. An aggregate over an expression of the row
 same way (:func:`row_values`) and aggregated as if it were a column.
 
 Exactness: where the expression cannot be evaluated so -- a leaf the
-vectors do not compute, a construct the evaluator refuses, a result type
-other than BIGINT, DOUBLE, BOOLEAN, VARCHAR, DATE or TIMESTAMP, the clock
+vectors do not compute, a construct the evaluator refuses, a DECIMAL or
+ARRAY result, the clock
 (CURRENT_TIMESTAMP: the interpreter reads its own), or any output row where
 the evaluation raises or leaves what 64 bits hold -- :func:`evaluate`
 returns None and the interpreter computes the measure, giving the exact
@@ -46,7 +46,8 @@ from .syntax import types as T
 # The nodes measures.py computes as whole arrays (the evaluator's leaves here).
 LEAVES = (A.MatchNumber, A.Classifier, A.ColumnRef, A.Navigation, A.Aggregate)
 _CLOCK = ("CURRENT_TIMESTAMP", "LOCALTIMESTAMP", "CURRENT_DATE")
-_OUT_KINDS = ("BIGINT", "DOUBLE", "BOOLEAN", "VARCHAR", "DATE", "TIMESTAMP")
+_OUT_KINDS = ("BIGINT", "DOUBLE", "BOOLEAN", "VARCHAR", "DATE", "TIMESTAMP", "INTERVAL",
+              "INTERVAL_YM")
 
 
 def leaves(expr: A.Expr) -> Optional[list]:
@@ -172,7 +173,7 @@ def _to_arrow(v: M._Vec, valid: np.ndarray, t: T.SqlType) -> Optional[pa.Array]:
     if kind == "DOUBLE":
         return pa.array(values.astype(np.float64, copy=False), pa.float64(),
                         mask=mask).cast(target)
-    if kind == "BIGINT":
+    if kind in ("BIGINT", "INTERVAL_YM", "INTERVAL"):     # intervals: ns (duration), months
         return pa.array(values.astype(np.int64, copy=False), pa.int64(), mask=mask).cast(target)
     if kind == "DATE":
         days = np.where(valid, values, 0)

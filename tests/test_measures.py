@@ -398,7 +398,8 @@ MEASURES = [
     "{sem}MIN({c}) = {sem}MAX({c})", "{c} IS NULL OR {sem}COUNT({v}.{c}) BETWEEN 1 AND {k}",
     "CAST({sem}LAST({c}) AS VARCHAR) || '/' || CAST(MATCH_NUMBER() AS VARCHAR)",
     "ABS(FIRST(x) - LAST(x))", "ROUND({sem}AVG({n}), 1)", "d + INTERVAL '1' DAY",
-    "LAST(t) - FIRST(t)", "CAST(FIRST({n}) AS DOUBLE) / 3", "NOT ({sem}MAX(a) IN (1, {k}))",
+    "LAST(t) - FIRST(t)", "(LAST(t) - FIRST(t)) * 2", "LAST(d) - FIRST(d)",
+    "d + INTERVAL '2' MONTH", "CAST(FIRST({n}) AS DOUBLE) / 3", "NOT ({sem}MAX(a) IN (1, {k}))",
     "MATCH_NUMBER() % 2 = 0 AND {c} IS NOT NULL", "-{sem}SUM({v}.i)",
     # aggregates over an expression of the row (measure_exprs.row_values)
     "{sem}MAX({v}.a + 1)", "{sem}SUM({v}.{n} * i)", "{sem}AVG(x - a)",
