@@ -15,8 +15,8 @@ measure does there. An aggregate over an expression of the row
 same way (:func:`row_values`) and aggregated as if it were a column.
 
 Exactness: where the expression cannot be evaluated so -- a leaf the
-vectors do not compute, a construct the evaluator refuses, a DECIMAL or
-ARRAY result, the clock
+vectors do not compute, a construct the evaluator refuses, an ARRAY
+result, a DECIMAL result its type's scale or precision cannot hold, the clock
 (CURRENT_TIMESTAMP: the interpreter reads its own), or any output row where
 the evaluation raises or leaves what 64 bits hold -- :func:`evaluate`
 returns None and the interpreter computes the measure, giving the exact
@@ -47,7 +47,7 @@ from .syntax import types as T
 LEAVES = (A.MatchNumber, A.Classifier, A.ColumnRef, A.Navigation, A.Aggregate)
 _CLOCK = ("CURRENT_TIMESTAMP", "LOCALTIMESTAMP", "CURRENT_DATE")
 _OUT_KINDS = ("BIGINT", "DOUBLE", "BOOLEAN", "VARCHAR", "DATE", "TIMESTAMP", "INTERVAL",
-              "INTERVAL_YM")
+              "INTERVAL_YM", "DECIMAL")
 
 
 def leaves(expr: A.Expr) -> Optional[list]:
@@ -175,6 +175,8 @@ def _to_arrow(v: M._Vec, valid: np.ndarray, t: T.SqlType) -> Optional[pa.Array]:
                         mask=mask).cast(target)
     if kind in ("BIGINT", "INTERVAL_YM", "INTERVAL"):     # intervals: ns (duration), months
         return pa.array(values.astype(np.int64, copy=False), pa.int64(), mask=mask).cast(target)
+    if kind == "DECIMAL":
+        return _decimal_array(np.where(valid, values, 0), valid, everywhere, v.scale, target)
     if kind == "DATE":
         days = np.where(valid, values, 0)
         if np.any((days < -2**31) | (days >= 2**31)):
@@ -186,3 +188,27 @@ def _to_arrow(v: M._Vec, valid: np.ndarray, t: T.SqlType) -> Optional[pa.Array]:
     if factor > 1 and np.any(ns % factor):
         return None
     return pa.array(ns // factor, pa.int64(), mask=mask).cast(target)
+
+
+def _decimal_array(unscaled: np.ndarray, valid: np.ndarray, everywhere: bool, scale: int,
+                   target: pa.DataType) -> Optional[pa.Array]:
+    """Unscaled int64 decimals at ``scale`` as a decimal128 array of
+    ``target``; None where the target's scale is smaller (that would round)
+    or a value does not fit its precision."""
+    if not pa.types.is_decimal128(target) or target.scale < scale:
+        return None
+    factor = 10 ** (target.scale - scale)
+    if factor > 1:
+        if np.any(np.abs(unscaled) > M.INT64_MAX // factor):
+            return None
+        unscaled = unscaled * factor
+    if target.precision < 19 and np.any(np.abs(unscaled) >= 10 ** target.precision):
+        return None
+    n = unscaled.shape[0]
+    words = np.empty((n, 2), dtype=np.int64)      # 16 bytes each, little-endian
+    words[:, 0] = unscaled
+    words[:, 1] = unscaled >> 63                  # the sign, extended
+    arr = pa.Array.from_buffers(target, n, [None, pa.py_buffer(words)])
+    if everywhere:
+        return arr
+    return pc.if_else(pa.array(valid, pa.bool_()), arr, pa.nulls(n, target))

@@ -712,9 +712,16 @@ def measure_array(m, vals: list) -> pa.Array:
     elif t.kind == "DOUBLE":
         vals = [None if v is None else float(v) for v in vals]
     elif t.kind == "DECIMAL":
-        from decimal import Decimal
+        from decimal import Context, Decimal, InvalidOperation
         quantum = Decimal(1).scaleb(-t.scale)
-        vals = [None if v is None else Decimal(v).quantize(quantum) for v in vals]
+        # the default context holds 28 digits; a DECIMAL(38, s) value can need 38
+        wide = Context(prec=max(t.precision, 28) + t.scale + 2)
+        try:
+            vals = [None if v is None else Decimal(v).quantize(quantum, context=wide)
+                    for v in vals]
+        except InvalidOperation:
+            raise DataError(f"measure {m.name}: a value does not fit {t.sql_name()}",
+                            column=m.name, code="bad_measure_value") from None
     try:
         return T.to_arrow_array(vals, t)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from decimal import Decimal
 import os
 import struct
 
@@ -649,3 +650,45 @@ def test_vectorised_reason_names_what_explain_shows(measure, vectorised):
         ma = MatchArrays.from_matches(ReferenceEngine().find_matches(query, data))
         vec = measures._Vectors(query, data, ma, measures.output_rows(query, data, ma), {})
         assert vec.measure(query.measures[0]) is not None
+
+
+DECIMAL_MEASURES = [
+    "LAST(m) - FIRST(m)", "FIRST({v}.m) * {k}", "-LAST({v}.m)", "LAST(m) + 1.5",
+    "CASE WHEN LAST(m) > 0 THEN LAST(m) ELSE FIRST(m) END", "ABS(LAST(m) - PREV(LAST(m)))",
+    "COALESCE(LAST({v}.m), 0)", "LAST(m) * LAST(m)", "CAST(LAST(m) AS DECIMAL(12, 4))",
+    "LAST(m) / 4", "FIRST(m) + LAST(w)", "MAX(m) - MIN(m)",
+]
+
+
+@st.composite
+def decimal_tables(draw):
+    n = draw(st.integers(0, 12))
+    cents = st.one_of(st.none(), st.integers(-10**6, 10**6), st.sampled_from([10**15, -10**15]))
+    return pa.table({
+        "p": pa.array([draw(st.integers(0, 1)) for _ in range(n)], pa.int64()),
+        "ts": pa.array(range(n), pa.int64()),
+        "m": pa.array([None if c is None else Decimal(c).scaleb(-2) for c in
+                       (draw(cents) for _ in range(n))], pa.decimal128(18, 2)),
+        "w": pa.array([None if c is None else Decimal(c).scaleb(-4) for c in
+                       (draw(cents) for _ in range(n))], pa.decimal128(20, 4)),
+    })
+
+
+@settings(max_examples=EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(st.sampled_from(DECIMAL_MEASURES), min_size=1, max_size=3),
+       st.sampled_from(["A", "B"]), st.integers(0, 3),
+       st.sampled_from(["ONE ROW PER MATCH", "ALL ROWS PER MATCH"]), decimal_tables())
+def test_decimal_measure_expressions_match_the_interpreter(forms, var, k, rows, table):
+    ms = ", ".join(f.format(v=var, k=k) + f" AS x{i}" for i, f in enumerate(forms))
+    clause = (f"PARTITION BY p ORDER BY ts MEASURES {ms} {rows} "
+              "PATTERN (A B*) DEFINE B AS m IS NULL OR m < 100")
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    found = ReferenceEngine().find_matches(query, data)
+    want, want_err = _outcome(lambda: measures.assemble(query, data, found, vectorised=False))
+    got, got_err = _outcome(lambda: measures.assemble(query, data,
+                                                      MatchArrays.from_matches(found)))
+    assert got_err == want_err, clause
+    if want is not None:
+        assert_same(got, want)
