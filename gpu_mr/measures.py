@@ -285,7 +285,8 @@ def _with_unmatched(data: SortedInput, ma: MatchArrays, per_match: np.ndarray,
     n_parts = len(offsets) - 1
     start, end = ma.start, ma.end
     stop = np.where(end < start, start, end) + 1          # an empty match covers its row
-    cover = np.bincount(start, minlength=n + 1)[:n + 1] - np.bincount(stop, minlength=n + 1)[:n + 1]
+    cover = (np.bincount(start, minlength=n + 1)[:n + 1]
+             - np.bincount(stop, minlength=n + 1)[:n + 1])
     unmatched = np.flatnonzero(np.cumsum(cover[:n]) == 0)
     part_of = np.searchsorted(offsets, unmatched, side="right") - 1
     first_match = np.searchsorted(ma.partition, np.arange(n_parts + 1), side="left")
@@ -301,7 +302,8 @@ def _with_unmatched(data: SortedInput, ma: MatchArrays, per_match: np.ndarray,
     count_m[match_slot] = per_match
     slot_begin = _exclusive_cumsum(count_un + count_m)
     total = int(slot_begin[-1])
-    pos_un = slot_begin[slot_un] + (np.arange(unmatched.shape[0]) - _exclusive_cumsum(count_un)[slot_un])
+    pos_un = slot_begin[slot_un] + (np.arange(unmatched.shape[0])
+                                    - _exclusive_cumsum(count_un)[slot_un])
     mid = stream.match
     within = np.arange(mid.shape[0]) - _exclusive_cumsum(per_match)[mid]
     pos_m = slot_begin[match_slot[mid]] + count_un[match_slot[mid]] + within
