@@ -176,7 +176,7 @@ def _to_arrow(v: M._Vec, valid: np.ndarray, t: T.SqlType) -> Optional[pa.Array]:
     if kind in ("BIGINT", "INTERVAL_YM", "INTERVAL"):     # intervals: ns (duration), months
         return pa.array(values.astype(np.int64, copy=False), pa.int64(), mask=mask).cast(target)
     if kind == "DECIMAL":
-        return _decimal_array(np.where(valid, values, 0), valid, everywhere, v.scale, target)
+        return decimal_array(np.where(valid, values, 0), valid, v.scale, target)
     if kind == "DATE":
         days = np.where(valid, values, 0)
         if np.any((days < -2**31) | (days >= 2**31)):
@@ -190,13 +190,15 @@ def _to_arrow(v: M._Vec, valid: np.ndarray, t: T.SqlType) -> Optional[pa.Array]:
     return pa.array(ns // factor, pa.int64(), mask=mask).cast(target)
 
 
-def _decimal_array(unscaled: np.ndarray, valid: np.ndarray, everywhere: bool, scale: int,
-                   target: pa.DataType) -> Optional[pa.Array]:
+def decimal_array(unscaled: np.ndarray, valid: np.ndarray, scale: int,
+                  target: pa.DataType) -> Optional[pa.Array]:
     """Unscaled int64 decimals at ``scale`` as a decimal128 array of
-    ``target``; None where the target's scale is smaller (that would round)
-    or a value does not fit its precision."""
+    ``target`` (NULL where not ``valid``); None where the target's scale is
+    smaller (that would round) or a value does not fit its precision."""
     if not pa.types.is_decimal128(target) or target.scale < scale:
         return None
+    everywhere = bool(valid.all())
+    unscaled = np.where(valid, unscaled, 0)
     factor = 10 ** (target.scale - scale)
     if factor > 1:
         if np.any(np.abs(unscaled) > M.INT64_MAX // factor):

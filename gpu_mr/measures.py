@@ -205,7 +205,8 @@ def vectorised_reason(query: CheckedQuery, e: A.Expr) -> Optional[str]:
             return f"{e.to_sql()}"
         arg = e.args[0]
         if (e.name in ("SUM", "AVG") and arg.type is not None
-                and arg.type.kind not in ("BIGINT", "DOUBLE")):
+                and arg.type.kind not in ("BIGINT", "DOUBLE")
+                and not (e.name == "SUM" and arg.type.kind == "DECIMAL")):
             return f"{e.name} of a {arg.type.kind} value"
         if isinstance(arg, A.ColumnRef):
             return None
@@ -1185,6 +1186,15 @@ class _Vectors:
             kind = pa.int64()
         elif t in (pa.float32(), pa.float64()):
             kind = pa.float64()
+        elif pa.types.is_decimal(t) and not keys:
+            # SUM: the unscaled integers, exact while they and the sums fit int64
+            from .predicates.masks import _decimal_unscaled
+            values, fits = _decimal_unscaled(col)
+            if valid is not None:
+                fits |= ~valid
+            if not fits.all():
+                raise _Fallback
+            return np.where(valid, values, 0) if valid is not None else values, valid
         elif not keys:
             raise _Fallback
         elif t == pa.date32():
@@ -1331,7 +1341,9 @@ class _Vectors:
                                        self._valid_chunks(ref.resolved), ids, not final,
                                        np.int64)
             return self._ints(self._pick(count, final, 0), self.has)
-        if e.name in ("SUM", "AVG") and ref.type.kind not in ("BIGINT", "DOUBLE"):
+        decimal = ref.type.kind == "DECIMAL"
+        if e.name in ("SUM", "AVG") and ref.type.kind not in ("BIGINT", "DOUBLE") and not (
+                decimal and e.name == "SUM"):
             raise _Fallback
         chunks = self._numbers(ref, e.name in ("MIN", "MAX"))
         if e.name in ("MIN", "MAX"):
@@ -1357,5 +1369,10 @@ class _Vectors:
         if e.name == "SUM":
             if floats:
                 return self._doubles(total, some)
+            if decimal:             # exact unscaled sums at the column's scale
+                arr = measure_exprs.decimal_array(total, some, ref.type.scale, e.type.arrow())
+                if arr is None:
+                    raise _Fallback
+                return arr
             return self._ints(total, some)
         return self._doubles(total.astype(np.float64) / np.where(some, count, 1), some)

@@ -593,6 +593,19 @@ def test_output_columns_are_the_rows_values(key, rows, monkeypatch):
             assert out.column(name).type == t.schema.field(name).type
 
 
+def test_decimal_sums_are_vectorised(monkeypatch):
+    table = pa.table({"ts": [0, 1, 2, 3], "m": pa.array(
+        [Decimal("1.25"), None, Decimal("-3.50"), Decimal("10.00")], pa.decimal128(9, 2))})
+    clause = ("ORDER BY ts MEASURES SUM(m) AS s, SUM(B.m) AS sb ALL ROWS PER MATCH "
+              "PATTERN (A B*) DEFINE B AS TRUE")
+    want = run(clause, table, vectorised=False)
+
+    def no_interpreter(*args, **kwargs):
+        raise AssertionError("the interpreter ran")
+    monkeypatch.setattr(measures, "_interpret", no_interpreter)
+    assert_same(run(clause, table, arrays=True), want)
+
+
 def test_expression_measures_are_vectorised(monkeypatch):
     # An expression over vectorised leaves must not send every output row
     # through the interpreter (it cost about 100x the query's other measures).
@@ -656,7 +669,8 @@ DECIMAL_MEASURES = [
     "LAST(m) - FIRST(m)", "FIRST({v}.m) * {k}", "-LAST({v}.m)", "LAST(m) + 1.5",
     "CASE WHEN LAST(m) > 0 THEN LAST(m) ELSE FIRST(m) END", "ABS(LAST(m) - PREV(LAST(m)))",
     "COALESCE(LAST({v}.m), 0)", "LAST(m) * LAST(m)", "CAST(LAST(m) AS DECIMAL(12, 4))",
-    "LAST(m) / 4", "FIRST(m) + LAST(w)", "MAX(m) - MIN(m)",
+    "LAST(m) / 4", "FIRST(m) + LAST(w)", "MAX(m) - MIN(m)", "SUM(m)", "SUM({v}.w)",
+    "SUM(m) - SUM({v}.m)", "SUM(m * 2)",
 ]
 
 
