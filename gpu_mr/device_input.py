@@ -30,6 +30,7 @@ device pass for a column with NULLs.
 
 from __future__ import annotations
 
+import abc
 from typing import Optional, Sequence
 
 import numpy as np
@@ -62,8 +63,13 @@ def storage_type(t: pa.DataType) -> Optional[pa.DataType]:
     return None
 
 
-class DeviceInput:
-    """The columns of one input on the device (see the module docstring)."""
+class DeviceInput(abc.ABC):
+    """The columns of one input on the device (see the module docstring).
+    A source says how a column is fetched (``_fetch``) and read back at some
+    rows (``take``); a source that orders string keys sets ``ranks_keys``
+    and says how (``_fetch_ranks``)."""
+
+    ranks_keys = False          # a string key can be ordered (as ranks)
 
     def __init__(self, backend, schema: pa.Schema, num_rows: int):
         self.backend = backend
@@ -82,6 +88,9 @@ class DeviceInput:
         t = _value_type(self.schema.field(name).type)
         if fixed_width(t):
             return self.column(name)
+        if not self.ranks_keys:         # ``reason`` names it first; callers check it
+            raise ValueError(f"key column {name} of type {t} cannot be ordered on the device "
+                             f"from this source")
         got = self._keys.get(name)
         if got is None:
             got = self._keys[name] = self._fetch_ranks(name)
@@ -92,17 +101,17 @@ class DeviceInput:
         on the device, else why not, naming the column."""
         return columns_reason(self.schema, names, keys, self.ranks_keys)
 
-    # the sources fill these in
-    ranks_keys = False          # a string key can be ordered (as ranks)
-
+    @abc.abstractmethod
     def _fetch(self, name: str) -> tuple:
-        raise NotImplementedError
+        """``column(name)``'s arrays, fetched once."""
 
     def _fetch_ranks(self, name: str) -> tuple:
-        raise NotImplementedError
+        """``key(name)`` of a string column (sources with ``ranks_keys``)."""
+        raise ValueError(f"{type(self).__name__} does not rank string keys")
 
+    @abc.abstractmethod
     def take(self, name: str, rows: np.ndarray) -> pa.Array:
-        raise NotImplementedError
+        """Column ``name`` at input ``rows`` (host int64), as Arrow."""
 
 
 def columns_reason(schema: pa.Schema, names: Sequence[str], keys: Sequence[str] = (),

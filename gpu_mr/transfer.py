@@ -26,6 +26,8 @@ waited for: a buffer refilled too early then gives wrong bytes.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .kernels.threads import run_pieces, thread_count
@@ -68,6 +70,8 @@ class _Ops:
 
 
 _rings: dict = {}      # id of the ops' device -> the pinned buffers, allocated once
+# One staging at a time per process: the ring's buffers are shared.
+_ring_lock = threading.Lock()
 
 
 def to_device_staged(backend, array: np.ndarray, ops=None):
@@ -79,21 +83,22 @@ def to_device_staged(backend, array: np.ndarray, ops=None):
         if backend.simulated or array.nbytes < 2 * CHUNK_BYTES:
             return backend.to_device(array)
         ops = _Ops(backend.xp)
-    key = id(type(ops))
-    ring = _rings.get(key)
-    if ring is None:
-        ring = _rings[key] = [ops.pinned(CHUNK_BYTES) for _ in range(RING)]
     src = array.reshape(-1).view(np.uint8)
     out = ops.empty(src.size)
-    pending = [None] * len(ring)               # the event behind each buffer's last send
-    for k, lo in enumerate(range(0, src.size, CHUNK_BYTES)):
-        hi = min(lo + CHUNK_BYTES, src.size)
-        i = k % len(ring)
-        if pending[i] is not None:
-            ops.wait(pending[i])               # its previous chunk has left
-        _fill(ring[i][:hi - lo], src[lo:hi])
-        pending[i] = ops.send(out[lo:hi], ring[i][:hi - lo])
-    ops.finish()
+    with _ring_lock:
+        key = id(type(ops))
+        ring = _rings.get(key)
+        if ring is None:
+            ring = _rings[key] = [ops.pinned(CHUNK_BYTES) for _ in range(RING)]
+        pending = [None] * len(ring)           # the event behind each buffer's last send
+        for k, lo in enumerate(range(0, src.size, CHUNK_BYTES)):
+            hi = min(lo + CHUNK_BYTES, src.size)
+            i = k % len(ring)
+            if pending[i] is not None:
+                ops.wait(pending[i])           # its previous chunk has left
+            _fill(ring[i][:hi - lo], src[lo:hi])
+            pending[i] = ops.send(out[lo:hi], ring[i][:hi - lo])
+        ops.finish()
     return out.view(array.dtype).reshape(array.shape)
 
 

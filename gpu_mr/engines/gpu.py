@@ -247,9 +247,18 @@ class GpuEngine:
         order = order_on_device(backend, source, query.partition_columns, query.order_keys)
         offsets = order.offsets
 
+        gathered: dict = {}     # id(array) -> (array, in matching order): once per column
+
+        def sorted_array(a):
+            if a is None or order.was_sorted:
+                return a
+            hit = gathered.get(id(a))
+            if hit is None:
+                hit = gathered[id(a)] = (a, order.gather(a))    # the key stays alive
+            return hit[1]
+
         def in_order(columns: dict) -> dict:
-            return {name: tuple(None if a is None else order.gather(a) for a in col)
-                    for name, col in columns.items()}
+            return {name: tuple(sorted_array(a) for a in col) for name, col in columns.items()}
         columns = in_order(device_set.load_input(source))
         bits, failed = device_set.evaluate(xp, columns, backend.to_device(offsets), n)
         if failed:
@@ -263,8 +272,7 @@ class GpuEngine:
         horizon = None
         if query.time_limit is not None:    # each search's last row in time, on the device
             from ..horizons import device_row_horizons
-            clock, clock_valid = (None if a is None else order.gather(a)
-                                  for a in source.column(query.time_column))
+            clock, clock_valid = (sorted_array(a) for a in source.column(query.time_column))
             horizon = device_row_horizons(backend, query, clock, clock_valid,
                                           source.schema.field(query.time_column).type, offsets)
         found, _ = scan(backend, query, classes, offsets, tables, self.chunk_rows,
