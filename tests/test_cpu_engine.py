@@ -71,6 +71,19 @@ def tables(draw):
     })
 
 
+def assert_engine_gives_the_references(table: pa.Table, clause: str, engine: str) -> None:
+    """``gpu_mr.match_recognize(..., engine=engine)`` gives the reference
+    engine's table, or raises its kind of error."""
+    try:
+        want = gpu_mr.match_recognize(table, clause, engine="reference")
+    except GpuMrError as exc:
+        with pytest.raises(type(exc)):
+            gpu_mr.match_recognize(table, clause, engine=engine)
+        return
+    got = gpu_mr.match_recognize(table, clause, engine=engine)
+    assert got.equals(want), f"\n{clause}\n{table.to_pydict()}"
+
+
 def outcome(engine, query, data):
     try:
         found = engine.find_matches(query, data)

@@ -23,9 +23,8 @@ from hypothesis import strategies as st
 import gpu_mr
 from gpu_mr import backend as B
 from gpu_mr.device_input import from_arrow, from_cudf
-from gpu_mr.errors import GpuMrError
 
-from test_cpu_engine import row_local_clauses, tables
+from test_cpu_engine import assert_engine_gives_the_references, row_local_clauses, tables
 
 if isinstance(B.detect(), str):
     pytest.skip(f"no GPU and no simulator: {B.detect()}", allow_module_level=True)
@@ -163,14 +162,7 @@ def test_whole_pipeline_equals_reference(clause, table, descending):
     clause = clause.replace("COUNT(*) AS n", MEASURES)
     if descending:
         clause = clause.replace("ORDER BY ts", "ORDER BY ts DESC")
-    try:
-        want = gpu_mr.match_recognize(table, clause, engine="reference")
-    except GpuMrError as exc:
-        with pytest.raises(type(exc)):
-            gpu_mr.match_recognize(table, clause, engine="gpu")
-        return
-    got = gpu_mr.match_recognize(table, clause, engine="gpu")
-    assert got.equals(want), f"\n{clause}\n{table.to_pydict()}"
+    assert_engine_gives_the_references(table, clause, "gpu")
 
 
 def test_count_of_a_string_column_reads_its_validity_on_the_device():

@@ -488,6 +488,17 @@ def tables(draw):
     return table
 
 
+def assert_assembly_is_the_interpreters(query, data, found, clause: str) -> None:
+    """The vectorised assembly of ``found`` gives the interpreter's table,
+    or raises its error."""
+    want, want_err = _outcome(lambda: measures.assemble(query, data, found, vectorised=False))
+    got, got_err = _outcome(lambda: measures.assemble(query, data,
+                                                      MatchArrays.from_matches(found)))
+    assert got_err == want_err, clause
+    if want is not None:
+        assert_same(got, want)
+
+
 def _outcome(fn):
     try:
         return fn(), None
@@ -509,12 +520,7 @@ def test_vectorised_assembly_matches_the_interpreter(clause, table):
         found = ReferenceEngine().find_matches(query, data)
     except MatchRuntimeError:
         assume(False)
-    want, want_err = _outcome(lambda: measures.assemble(query, data, found, vectorised=False))
-    got, got_err = _outcome(lambda: measures.assemble(query, data,
-                                                      MatchArrays.from_matches(found)))
-    assert got_err == want_err, clause
-    if want is not None:
-        assert_same(got, want)
+    assert_assembly_is_the_interpreters(query, data, found, clause)
 
 
 @pytest.mark.parametrize("pattern,first,last", [
@@ -700,9 +706,4 @@ def test_decimal_measure_expressions_match_the_interpreter(forms, var, k, rows, 
     query = analyze(parse_clause(clause), table.schema)
     data = sort_for_matching(table, query.partition_columns, query.order_keys)
     found = ReferenceEngine().find_matches(query, data)
-    want, want_err = _outcome(lambda: measures.assemble(query, data, found, vectorised=False))
-    got, got_err = _outcome(lambda: measures.assemble(query, data,
-                                                      MatchArrays.from_matches(found)))
-    assert got_err == want_err, clause
-    if want is not None:
-        assert_same(got, want)
+    assert_assembly_is_the_interpreters(query, data, found, clause)

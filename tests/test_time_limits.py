@@ -39,7 +39,7 @@ from gpu_mr.kernels import scan as S  # noqa: E402
 from gpu_mr.syntax import parse_clause  # noqa: E402
 from gpu_mr.syntax import types as T  # noqa: E402
 
-from test_cpu_engine import outcome  # noqa: E402
+from test_cpu_engine import assert_engine_gives_the_references, outcome  # noqa: E402
 from test_differential import ROW_LOCAL, VARS, patterns  # noqa: E402
 from test_registers import queries as register_queries  # noqa: E402
 
@@ -396,14 +396,7 @@ def test_whole_device_pipeline_equals_reference(clause, table, shuffled):
                             "LAST(ts) AS e, FIRST(a) AS fa")
     if shuffled and table.num_rows > 1:
         table = table.take(np.random.default_rng(table.num_rows).permutation(table.num_rows))
-    try:
-        want = gpu_mr.match_recognize(table, clause, engine="reference")
-    except GpuMrError as exc:
-        with pytest.raises(type(exc)):
-            gpu_mr.match_recognize(table, clause, engine="gpu")
-        return
-    got = gpu_mr.match_recognize(table, clause, engine="gpu")
-    assert got.equals(want), f"\n{clause}\n{table.to_pydict()}"
+    assert_engine_gives_the_references(table, clause, "gpu")
 
 
 @_settings(60, 600)
