@@ -44,6 +44,7 @@ import json
 import platform
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -187,6 +188,8 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
                          rows * 8 * 2 * 6)
         assert bool((shuffle[resorted.rows] == xp.arange(rows)).all()), \
             "the device sort did not restore the generated order"
+        del shuffle, shuffled, resorted
+        backend.release_memory()
     bits, failed = stage("masks", lambda: device_set.evaluate(xp, needed, offsets, rows),
                          rows * (8 * len(device_set.columns) + 1))
     assert not failed, "a device mask failed on generated data"
@@ -204,14 +207,18 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
     per_match = stage("measures_device", lambda: DMe.measures_on_device(
         backend, query, measure_columns, found), matched_rows * (1 + 8) + n_matches * 8 * 6)
     assert not isinstance(per_match, str), per_match
+    matches = stage("to_host", lambda: found.to_host(backend),
+                    n_matches * 8 * 5 + matched_rows * 3)
+    # At 1e9 rows the stages' outputs beside the columns leave too little
+    # device memory for the engine's own run of the same pipeline.
+    del order, bits, classes, found, per_match
+    backend.release_memory()
     source = from_device_columns(backend, SCHEMA, {n: (c, None) for n, c in columns.items()})
     engine.max_rows = rows          # try it whatever the memory estimate; it says if it declines
     out_device = stage("end_to_end", lambda: engine.run_input(query, source), 0)
     if out_device is None:          # e.g. out of device memory beside the generated data
         del stages["end_to_end"]
         declined["end_to_end"] = engine._declined[1]
-    matches = stage("to_host", lambda: found.to_host(backend),
-                    n_matches * 8 * 5 + matched_rows * 3)
     device_seconds = sum(stages[s]["seconds"] for s in ("order_check", "masks", "classes", "scan",
                                                        "recovery"))
     record = {"rows": rows, "partitions": partitions, "matches": int(n_matches),
@@ -339,6 +346,24 @@ def main(argv=None) -> int:
     log(f"device: {found.device}; measured copy bandwidth {bandwidth / 1e9:.0f} GB/s; "
         f"host to device from pinned memory {args.pinned_bandwidth / 1e9:.1f} GB/s")
     records = []
+    stamp = _dt.date.today().isoformat()
+    slug = "".join(c if c.isalnum() else "-" for c in found.device.lower()).strip("-")
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"gpu-{stamp}-{slug}.json"
+
+    def write_results() -> None:
+        """Rewritten after every case: a run cut off by its time limit keeps
+        the cases it finished."""
+        result = {"date": stamp, "device": found.device, "simulated": found.simulated,
+                  "copy_bandwidth_bytes_per_s": bandwidth,
+                  "pinned_host_to_device_bytes_per_s": args.pinned_bandwidth,
+                  "query": V_SHAPE.strip(),
+                  "row_bytes": ROW_BYTES, "python": platform.python_version(),
+                  "cases": records, "log": lines}
+        path.write_text(json.dumps(result, indent=1))
+        (out_dir / f"gpu-{stamp}-{slug}.txt").write_text("\n".join(lines) + "\n")
+
     for rows in rows_list:
         for partitions in parts_list:
             if partitions > rows:
@@ -346,6 +371,7 @@ def main(argv=None) -> int:
             try:
                 records.append(run_case(found, rows, partitions, args, bandwidth, log))
             except Exception as exc:        # keep the other cases' numbers
+                traceback.print_exc()
                 log(f"{rows:,} rows {partitions:,} partitions: FAILED {type(exc).__name__}: "
                     f"{exc}")
                 records.append({"rows": rows, "partitions": partitions,
@@ -353,6 +379,7 @@ def main(argv=None) -> int:
             finally:
                 if not found.simulated:
                     found.xp.get_default_memory_pool().free_all_blocks()
+                write_results()
     for rows in rows_list:       # one huge partition against many small ones
         by_parts = {r["partitions"]: r for r in records if r.get("rows") == rows
                     and "device_seconds" in r}
@@ -364,19 +391,7 @@ def main(argv=None) -> int:
             if all(ends):
                 log(f"{rows:,} rows end to end: one partition takes {ends[1] / ends[0]:.2f}x "
                     f"the time of {most:,}")
-    stamp = _dt.date.today().isoformat()
-    slug = "".join(c if c.isalnum() else "-" for c in found.device.lower()).strip("-")
-    out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    result = {"date": stamp, "device": found.device, "simulated": found.simulated,
-              "copy_bandwidth_bytes_per_s": bandwidth,
-              "pinned_host_to_device_bytes_per_s": args.pinned_bandwidth,
-              "query": V_SHAPE.strip(),
-              "row_bytes": ROW_BYTES, "python": platform.python_version(),
-              "cases": records, "log": lines}
-    path = out_dir / f"gpu-{stamp}-{slug}.json"
-    path.write_text(json.dumps(result, indent=1))
-    (out_dir / f"gpu-{stamp}-{slug}.txt").write_text("\n".join(lines) + "\n")
+    write_results()
     print(f"wrote {path.name}")
     return 0 if all("error" not in r for r in records) else 1
 

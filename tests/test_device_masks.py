@@ -576,3 +576,26 @@ def test_conformance_queries_agree_with_cpu_masks(monkeypatch):
         compared += 1
     print(f"conformance: {compared} queries compared, {declined} declined")
     assert compared >= 100, (compared, declined)
+
+
+@pytest.mark.parametrize("sizes", [[5], [1, 0, 3, 0, 0, 7], [0, 0, 4], [2, 9, 1, 0]])
+def test_device_positions_equal_the_array_expression(sizes):
+    """The device kernel for each row's place in its partition (pos/rest for
+    PREV/NEXT) gives what the host's array expression gives, empty
+    partitions included."""
+    from gpu_mr import backend as B
+    from gpu_mr.kernels.gpu_positions import run_positions
+    from gpu_mr.predicates.device_masks import _positions
+    backend = B.detect()
+    if isinstance(backend, str):
+        pytest.skip(backend)
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    n = int(offsets[-1])
+    pos, rest = run_positions(backend, offsets, n, True, True)
+    assert backend.to_host(pos).tolist() == _positions(np, offsets, n, True).tolist()
+    assert backend.to_host(rest).tolist() == _positions(np, offsets, n, False).tolist()
+    assert _positions(np, offsets, n, True).tolist() == [
+        r - offsets[np.searchsorted(offsets, r, side="right") - 1] for r in range(n)]
+    only_rest = run_positions(backend, offsets, n, False, True)
+    assert only_rest[0] is None and backend.to_host(only_rest[1]).tolist() == \
+        backend.to_host(rest).tolist()

@@ -1,0 +1,69 @@
+"""Each row's place in its partition on a CUDA device, one thread per row.
+
+What: ``pos[r]`` (rows before r in its partition) and ``rest[r]`` (rows after
+it), for the DEFINE masks' PREV/NEXT: row r - k exists in r's partition when
+``pos[r] >= k``. Thread r finds its partition by a binary search over the
+partition offsets. Either output may be omitted (an empty array).
+Why: the array expression for the same thing (an arange, a searchsorted,
+two gathers and their differences) holds six int64 temporaries per row at
+once: 48 GB for 1e9 rows, more than the columns themselves, and enough to
+run an 80 GB device out of memory. Here nothing is allocated beyond the
+outputs, which are int32 whenever the rows fit.
+Cost: O(log partitions) per row, one write per output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+_compiled: dict = {}
+
+
+def partition_of(r, offsets):
+    """The partition p with ``offsets[p] <= r < offsets[p + 1]``, the last
+    such p when empty partitions share an offset."""
+    lo, hi = 0, offsets.shape[0] - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if offsets[mid] <= r:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def kernels():
+    if not _compiled:
+        _compiled.update(_build())
+    return _compiled
+
+
+def _build():
+    # module-global ``cuda``: the simulator swaps in its own (see gpu_scan.py)
+    find = cuda.jit(device=True)(partition_of)
+
+    @cuda.jit
+    def positions(offsets, pos, rest):
+        r = cuda.grid(1)
+        n = offsets[offsets.shape[0] - 1]
+        if r < n:
+            p = find(r, offsets)
+            if pos.shape[0] > 0:
+                pos[r] = r - offsets[p]
+            if rest.shape[0] > 0:
+                rest[r] = offsets[p + 1] - 1 - r
+
+    return {"positions": positions}
+
+
+def run_positions(backend, offsets, n: int, want_pos: bool, want_rest: bool):
+    """``(pos, rest)`` as device arrays for ``n`` rows split by ``offsets``
+    (host or device, n + 1 entries ending at n); an output not wanted is None."""
+    xp = backend.xp
+    dtype = np.int32 if n < 2 ** 31 else np.int64
+    offs = xp.asarray(offsets, dtype=np.int64)
+    pos = xp.empty(n if want_pos else 0, dtype=dtype)
+    rest = xp.empty(n if want_rest else 0, dtype=dtype)
+    backend.launch(kernels()["positions"], n, offs, pos, rest)
+    return (pos if want_pos else None), (rest if want_rest else None)
