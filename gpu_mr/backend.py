@@ -39,9 +39,13 @@ class Backend:
         return self.xp.ascontiguousarray(self.xp.asarray(array))
 
     def to_host(self, array) -> np.ndarray:
+        """A host copy of a device array; large ones come through pinned
+        staging buffers (transfer.py: a copy to pageable memory ran at about
+        3 GB/s on an H100 machine, a pinned one at 55 GB/s)."""
         if self.simulated or isinstance(array, np.ndarray):
             return np.asarray(array)
-        return self.xp.asnumpy(array)
+        from .transfer import to_host_staged
+        return to_host_staged(self, array)
 
     def scalar(self, value) -> int:
         """A device scalar (a 0-d array) as a host int: one small transfer."""

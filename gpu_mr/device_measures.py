@@ -375,7 +375,9 @@ class _Run:
         at = xp.where(has, rows, 0)
         values = self.to_host(col.values[at])
         ok = has if col.valid is None else has & col.valid[at]
-        arr = _arrow_array(values, self.to_host(ok).astype(bool), col.type)
+        # one device scalar instead of a byte per match when nothing is NULL
+        ok = None if bool(ok.all()) else self.to_host(ok).astype(bool)
+        arr = _arrow_array(values, ok, col.type)
         if arr.type == target:
             return arr
         try:
@@ -448,11 +450,12 @@ class _Run:
                         mask=mask)
 
 
-def _arrow_array(values: np.ndarray, ok: np.ndarray, t: pa.DataType) -> pa.Array:
+def _arrow_array(values: np.ndarray, ok: Optional[np.ndarray], t: pa.DataType) -> pa.Array:
     """Per-match ``values`` (the column's storage, see :class:`DeviceColumn`)
-    as an Arrow array of the column's type ``t``, NULL where not ``ok``."""
+    as an Arrow array of the column's type ``t``, NULL where not ``ok``
+    (None: nowhere)."""
     n = values.shape[0]
-    nulls = n - int(np.count_nonzero(ok))
+    nulls = 0 if ok is None else n - int(np.count_nonzero(ok))
     if pa.types.is_boolean(t):
         return pa.array(values.astype(bool), pa.bool_(), mask=~ok if nulls else None)
     bitmap = pa.py_buffer(np.packbits(ok, bitorder="little")) if nulls else None

@@ -40,8 +40,25 @@ class DeferredOps:
             dst[:] = src                # the bytes in the buffer *now*
             self._done += 1
 
+    def receive(self, dst, src):
+        return self.send(dst, src)
+
+    def after_current_stream(self):
+        pass
+
     def finish(self):
         self.wait(self._done + len(self.queue) - 1)
+
+
+class EagerOps(DeferredOps):
+    """Copies complete at once, as a fast copy engine's may: a staging
+    buffer reused for the next chunk before its bytes were emptied into the
+    result would then lose them."""
+
+    def send(self, dst, src):
+        event = super().send(dst, src)
+        self.wait(event)
+        return event
 
 
 @pytest.fixture
@@ -78,3 +95,27 @@ def test_small_arrays_take_one_plain_copy():
         pytest.skip(found)
     a = np.arange(10)
     assert np.array_equal(found.to_host(T.to_device_staged(found, a)), a)
+
+
+@pytest.mark.parametrize("ops_type", [DeferredOps, EagerOps])
+@pytest.mark.parametrize("n,dtype", [(0, np.int64), (1, np.int8), (125, np.int64),
+                                     (1001, np.uint8), (10_007, np.float64),
+                                     (3000, np.bool_), (777, np.int32)])
+def test_staged_copy_back_delivers_every_byte(small_chunks, ops_type, n, dtype):
+    rng = np.random.default_rng(n + 1)
+    array = (rng.integers(0, 2, n).astype(bool) if dtype is np.bool_
+             else rng.integers(-1000, 1000, n).astype(dtype))
+    ops = ops_type()
+    got = T.to_host_staged(None, array, ops)
+    assert isinstance(got, np.ndarray) and got.dtype == array.dtype and got.shape == array.shape
+    assert np.array_equal(got, array)
+    assert ops.sends == -(-array.nbytes // T.CHUNK_BYTES) and not ops.queue
+
+
+def test_staged_copy_back_waits_before_reading(small_chunks):
+    """A chunk is read out of its buffer only after its receive completed:
+    with receives that complete only when waited for, reading early would
+    give the buffer's zeros."""
+    array = np.arange(1, 5001, dtype=np.int64)
+    ops = DeferredOps()
+    assert np.array_equal(T.to_host_staged(None, array, ops), array)
