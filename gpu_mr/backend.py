@@ -40,8 +40,8 @@ class Backend:
 
     def to_host(self, array) -> np.ndarray:
         """A host copy of a device array; large ones come through pinned
-        staging buffers (transfer.py: a copy to pageable memory ran at about
-        3 GB/s on an H100 machine, a pinned one at 55 GB/s)."""
+        staging buffers (transfer.py: a copy into pageable memory ran at
+        about 3 GB/s on an H100 machine)."""
         if self.simulated or isinstance(array, np.ndarray):
             return np.asarray(array)
         from .transfer import to_host_staged

@@ -14,10 +14,12 @@ copy.
 Why: a copy from pageable memory is staged by the driver through a small
 pinned buffer of its own, one chunk at a time with no overlap, and reaches
 a fraction of the bus's bandwidth; from pinned memory the copy engine runs
-at the bus's speed. Measured on an H100 (2026-11-28, benchmarks/results):
-device to pageable host memory moved about 3 GB/s, a pinned copy 55 GB/s,
-so per-match results of 1e9 rows took seconds to come back. Pinning the caller's array instead (cudaHostRegister)
-costs about as much as the copy itself, every time. The buffers are
+at the bus's speed. On an H100 machine (2026-11-28, benchmarks/results)
+copies from the device into pageable memory moved about 3 GB/s (gpu_bench's
+to_host stage) where a copy from pinned memory moved 55 GB/s: per-match
+results of 1e9 rows took seconds to come back. Pinning the caller's array
+instead (cudaHostRegister) costs about as much as the copy itself, every
+time. The buffers are
 allocated once per process and reused.
 
 Cost: one pass over the array by the host threads (into pinned memory) and

@@ -2,9 +2,10 @@
 GPU's threads and the CPU's cores alike.
 
 What: a partition's scan cut into chunks of rows, each scanned as if a
-search started at its first row (``scan_chunk``); one pass per partition
-that repairs the chunks whose speculation started off the true scan
-(``repair_partition``); the compaction of every chunk's kept matches
+search started at its first row (``scan_chunk``); a pass per chunk that
+repairs it from where its predecessor's speculation left
+(``repair_speculated``) and a walk per partition over the few chunks whose
+entry that got wrong (``repair_chain``); the compaction of every chunk's kept matches
 (``gather_chunk``); and ``chunk_plan``, which cuts partitions into chunks.
 The algorithm is described in kernels/gpu_scan.py's header. The bodies are
 ``register_jitable`` plain functions: kernels/gpu_scan.py compiles them into
@@ -53,39 +54,33 @@ def recover_match(i, classes, match_part_start, match_hi, starts, ends, label_of
 
 
 @register_jitable
-def repair_partition(p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
-                     chunk_part_start, chunk_open, trans, steps, end_accept, start_first,
-                     start_other, skip_mode, skip_vars, lineage, match_thread, end_thread,
-                     horizon, timed, out_start, out_end, counts, fix_start, fix_end, fix_counts,
-                     drops, dead_state, scratch_states, scratch_labels, scratch_excluded,
-                     slot_part_start, slot_hi, slot_out, errors, replay_err):
-    """Walk partition ``p``'s chunks in order and repair each whose
-    speculation started off the true scan (kernels/gpu_scan.py's header, step 2).
-    ``errors[k, 2]`` ends as the row the true scan leaves chunk k at; below
-    ``chunk_stop[k]`` it is an undecided search of an open partition, where
-    the true scan stops: later chunks' matches are dropped."""
-    stopped = -1                        # the row the true scan stopped at, if it did
-    for k in range(part_first_chunk[p] + 1, part_first_chunk[p + 1]):
-        n_spec = counts[k]
-        if stopped < 0 and errors[k - 1, 2] < chunk_stop[k - 1]:
-            stopped = errors[k - 1, 2]  # undecided search in chunk k-1: the scan ends there
-        if stopped >= 0:
-            drops[k] = n_spec
-            errors[k, 2] = stopped
-            continue
-        lo = chunk_lo[k]
-        pos = errors[k - 1, 2]          # where the true scan enters chunk k
-        if pos == lo:
-            continue                    # speculation started right here
+def repair_chunk(k, entry, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open,
+                 trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+                 lineage, match_thread, end_thread, horizon, timed, out_start, out_end, counts,
+                 spec_exit, fix_start, fix_end, fix_counts, drops, dead_state, scratch_states,
+                 scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors,
+                 replay_err):
+    """Chunk ``k``'s matches when the true scan enters it at row ``entry``
+    (at or after its first row): how many speculative matches it drops
+    (``drops[k]``), the replayed ones (``fix_counts[k]``, in its repair
+    slots from its first row) and the row the true scan leaves it at
+    (``errors[k, 2]``; below ``chunk_stop[k]`` an undecided search of an
+    open partition, where the true scan stops). ``spec_exit`` holds the
+    speculative scan's leaving rows; ``replay_err[k]`` is scratch."""
+    lo = chunk_lo[k]
+    n_spec = counts[k]
+    pos = entry
+    exit_row = spec_exit[k]
+    m = 0                               # speculative matches before pos are dropped
+    n_fix = 0
+    if pos != lo:                       # else speculation started right here
         # Speculation started searches at every row up to where it stopped
         # (its last, undecided search, if any), except inside its matches.
-        spec_end = errors[k, 2] if errors[k, 2] < chunk_stop[k] else chunk_stop[k]
-        m = 0                           # speculative matches before pos are dropped
-        n_fix = 0
+        spec_end = spec_exit[k] if spec_exit[k] < chunk_stop[k] else chunk_stop[k]
         while True:
             if pos >= chunk_stop[k]:    # the replay left the chunk: drop all speculation
                 m = n_spec
-                errors[k, 2] = pos
+                exit_row = pos
                 break
             while m < n_spec and out_start[lo + m] < pos and out_end[lo + m] <= pos:
                 m += 1
@@ -97,14 +92,88 @@ def repair_partition(p, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_h
                 chunk_open[k], trans, steps, end_accept, start_first, start_other, skip_mode,
                 skip_vars, lineage, match_thread, end_thread, horizon, timed, fix_start, fix_end,
                 dead_state, scratch_states, scratch_labels, scratch_excluded, slot_part_start,
-                slot_hi, slot_out, replay_err[p])
-            if replay_err[p, 2] == pos:  # undecided until more rows arrive
+                slot_hi, slot_out, replay_err[k])
+            if replay_err[k, 2] == pos:  # undecided until more rows arrive
                 m = n_spec
-                errors[k, 2] = pos
+                exit_row = pos
                 break
-            pos = replay_err[p, 2]
-        drops[k] = m
-        fix_counts[k] = n_fix
+            pos = replay_err[k, 2]
+    drops[k] = m
+    fix_counts[k] = n_fix
+    errors[k, 2] = exit_row
+
+
+@register_jitable
+def repair_speculated(k, chunk_part, part_first_chunk, classes, chunk_lo, chunk_stop, chunk_hi,
+                      chunk_part_start, chunk_open, trans, steps, end_accept, start_first,
+                      start_other, skip_mode, skip_vars, lineage, match_thread, end_thread,
+                      horizon, timed, out_start, out_end, counts, spec_exit, fix_start, fix_end,
+                      fix_counts, drops, dead_state, scratch_states, scratch_labels,
+                      scratch_excluded, slot_part_start, slot_hi, slot_out, errors, replay_err):
+    """Repair chunk ``k`` as if the true scan entered it where chunk k-1's
+    speculation left (kernels/gpu_scan.py's header, step 2): right for
+    every chunk whose predecessor's speculation was the true scan, which
+    :func:`repair_chain` then checks. A partition's first chunk, and a
+    chunk after an undecided speculative search, are left to it."""
+    if part_first_chunk[chunk_part[k]] == k:
+        return
+    entry = spec_exit[k - 1]
+    if entry < chunk_stop[k - 1]:
+        return
+    repair_chunk(k, entry, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open,
+                 trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+                 lineage, match_thread, end_thread, horizon, timed, out_start, out_end, counts,
+                 spec_exit, fix_start, fix_end, fix_counts, drops, dead_state, scratch_states,
+                 scratch_labels, scratch_excluded, slot_part_start, slot_hi, slot_out, errors,
+                 replay_err)
+
+
+@register_jitable
+def repair_chain(p, part_first_chunk, suspects, part_first_suspect, classes, chunk_lo,
+                 chunk_stop, chunk_hi, chunk_part_start, chunk_open, trans, steps, end_accept,
+                 start_first, start_other, skip_mode, skip_vars, lineage, match_thread,
+                 end_thread, horizon, timed, out_start, out_end, counts, spec_exit, fix_start,
+                 fix_end, fix_counts, drops, dead_state, scratch_states, scratch_labels,
+                 scratch_excluded, slot_part_start, slot_hi, slot_out, errors, replay_err):
+    """Walk partition ``p``'s chunks in order, visiting only those whose
+    entry differs from what :func:`repair_speculated` assumed (step 3 of
+    kernels/gpu_scan.py's header). ``suspects`` (sorted) are the chunks
+    whose leaving row differs from their speculation's, or whose
+    speculation ended undecided; partition p's are ``suspects[
+    part_first_suspect[p]:part_first_suspect[p + 1]]``. A chunk entered
+    where its predecessor's speculation left was repaired right, and so
+    leaves where its speculation left unless it is a suspect: the walk
+    jumps from suspect to suspect, redoing the chunks after each until a
+    chunk leaves where its speculation did."""
+    last = part_first_chunk[p + 1]
+    s = part_first_suspect[p]
+    s_end = part_first_suspect[p + 1]
+    k = part_first_chunk[p] + 1
+    while k < last:
+        e = errors[k - 1, 2]            # the row the true scan leaves chunk k-1 at
+        if e < chunk_stop[k - 1]:
+            # an undecided search in chunk k-1: the true scan ends there
+            for j in range(k, last):
+                drops[j] = counts[j]
+                fix_counts[j] = 0
+                errors[j, 2] = e
+            return
+        if e == spec_exit[k - 1]:
+            # chunk k was repaired from the right row; so were the chunks
+            # after it up to the next suspect, which leaves off speculation
+            while s < s_end and suspects[s] < k:
+                s += 1
+            if s == s_end:
+                return
+            k = suspects[s] + 1
+            continue
+        repair_chunk(k, e, classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open,
+                     trans, steps, end_accept, start_first, start_other, skip_mode, skip_vars,
+                     lineage, match_thread, end_thread, horizon, timed, out_start, out_end,
+                     counts, spec_exit, fix_start, fix_end, fix_counts, drops, dead_state,
+                     scratch_states, scratch_labels, scratch_excluded, slot_part_start, slot_hi,
+                     slot_out, errors, replay_err)
+        k += 1
 
 
 @register_jitable
@@ -199,10 +268,17 @@ def scan_in_chunks(xp, launch, classes, scan_lo, scan_hi, part_start, open_end: 
     if n_chunks > n_parts and (skip_mode != SKIP_TO_NEXT_ROW or open_end):
         fix_start = xp.empty(n, dtype=slot_type)
         fix_end = xp.empty(n, dtype=slot_type)
-        replay_err = xp.zeros((n_parts, 3), dtype=np.int64)
-        launch("repair", n_parts, classes, part_first_chunk, chunk_lo, chunk_stop, chunk_hi,
-               chunk_part_start, chunk_open, *dfa_args, out_start, out_end, counts, fix_start,
-               fix_end, fix_counts, drops, *scratch, errors, replay_err)
+        replay_err = xp.zeros((n_chunks, 3), dtype=np.int64)
+        spec_exit = errors[:, 2].copy()
+        chunk_args = (classes, chunk_lo, chunk_stop, chunk_hi, chunk_part_start, chunk_open,
+                      *dfa_args, out_start, out_end, counts, spec_exit, fix_start, fix_end,
+                      fix_counts, drops, *scratch, errors, replay_err)
+        launch("repair", n_chunks, chunk_part, part_first_chunk, *chunk_args)
+        suspects = xp.flatnonzero((errors[:, 2] != spec_exit) | (spec_exit < chunk_stop))
+        if suspects.shape[0]:
+            part_first_suspect = xp.searchsorted(suspects, part_first_chunk)
+            launch("chain", n_parts, part_first_chunk, suspects, part_first_suspect,
+                   *chunk_args)
     first_out = xp.zeros(n_chunks + 1, dtype=np.int64)
     xp.cumsum(fix_counts + counts - drops, out=first_out[1:])
     total = int(first_out[-1])
@@ -222,9 +298,14 @@ def scan_chunks_parallel(jobs, *args):
         scan_chunk(k, *args)
 
 
-def repair_partitions_parallel(jobs, *args):
+def repair_chunks_parallel(jobs, *args):
+    for k in prange(jobs):
+        repair_speculated(k, *args)
+
+
+def repair_chains_parallel(jobs, *args):
     for p in prange(jobs):
-        repair_partition(p, *args)
+        repair_chain(p, *args)
 
 
 def gather_chunks_parallel(jobs, *args):
@@ -232,5 +313,5 @@ def gather_chunks_parallel(jobs, *args):
         gather_chunk(k, *args)
 
 
-CPU_DRIVERS = {"scan": scan_chunks_parallel, "repair": repair_partitions_parallel,
-               "gather": gather_chunks_parallel}
+CPU_DRIVERS = {"scan": scan_chunks_parallel, "repair": repair_chunks_parallel,
+               "chain": repair_chains_parallel, "gather": gather_chunks_parallel}

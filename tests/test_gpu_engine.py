@@ -167,7 +167,7 @@ def test_kernel_bodies_compile_with_numba_and_agree(monkeypatch):
         for chunk_rows in (3, 50):
             got, want, _ = run_both(V.format(skip=skip), t, chunk_rows)
             assert got == want, (skip, chunk_rows)
-    assert set(loops) == {"scan", "repair", "gather", "recover"}
+    assert set(loops) == {"scan", "repair", "chain", "gather", "recover"}
 
 
 def test_data_beyond_device_memory_runs_in_partition_groups():
@@ -287,3 +287,23 @@ def test_a_partition_wider_than_a_device_run_streams_through_it(rows_clause):
     assert got.equals(gpu_mr.match_recognize(t, q, engine="reference"))
     assert "streamed through the device in slices of 64 rows" in run.reason, run
     assert got.num_rows > 20
+
+
+@pytest.mark.parametrize("pattern", ["A+ B", "A+? B", "(A | B)+ C", "A B* C*", "(A B)+ C"])
+@pytest.mark.parametrize("chunk_rows", [1, 2, 5])
+def test_matches_longer_than_chunks_equal_reference(pattern, chunk_rows):
+    # Matches many chunks long: a replay from the true entry crosses whole
+    # chunks, so the chunks after it were repaired from the wrong row and
+    # the per-partition walk (kernels/chunks.py: repair_chain) redoes them
+    # one after another; a rare B or C also leaves long failed searches.
+    rng = np.random.default_rng(len(pattern) * 10 + chunk_rows)
+    n = 360
+    t = pa.table({"sym": np.repeat([0, 1, 2], n // 3), "ts": np.arange(n),
+                  "v": rng.choice([0, 1, 1, 1, 1, 1, 1, 1, 2, 3], n)})
+    defines = {"A": "A AS v = 1", "B": "B AS v >= 2", "C": "C AS v = 3"}
+    clause = ("PARTITION BY sym ORDER BY ts MEASURES FIRST(ts) AS s, LAST(ts) AS e, "
+              f"COUNT(*) AS n AFTER MATCH SKIP PAST LAST ROW PATTERN ({pattern}) DEFINE "
+              + ", ".join(d for name, d in defines.items() if name in pattern))
+    got, want, gpu = run_both(clause, t, chunk_rows)
+    assert got == want, (pattern, chunk_rows)
+    assert gpu.last_run.path == "device"
