@@ -110,8 +110,10 @@ class DeviceInput(abc.ABC):
         raise ValueError(f"{type(self).__name__} does not rank string keys")
 
     @abc.abstractmethod
-    def take(self, name: str, rows: np.ndarray) -> pa.Array:
-        """Column ``name`` at input ``rows`` (host int64), as Arrow."""
+    def take(self, name: str, rows) -> pa.Array:
+        """Column ``name`` at input ``rows`` (int64, on the host or the
+        device: a source on the device gathers there, so rows found there
+        need not cross the bus twice), as Arrow."""
 
 
 def columns_reason(schema: pa.Schema, names: Sequence[str], keys: Sequence[str] = (),
@@ -158,8 +160,8 @@ class _ArrowInput(DeviceInput):
         return (to_device_staged(b, values),
                 None if valid is None else to_device_staged(b, valid))
 
-    def take(self, name: str, rows: np.ndarray) -> pa.Array:
-        return self.table.column(name).take(pa.array(rows, pa.int64()))
+    def take(self, name: str, rows) -> pa.Array:
+        return self.table.column(name).take(pa.array(self.backend.to_host(rows), pa.int64()))
 
 
 def from_arrow(backend, table: pa.Table) -> DeviceInput:
@@ -234,7 +236,7 @@ class _CudfInput(DeviceInput):
         fill = False if pa.types.is_boolean(t) else 0
         return to_device(series.to_cupy(na_value=fill)), to_device(series.notna().to_cupy())
 
-    def take(self, name: str, rows: np.ndarray) -> pa.Array:
+    def take(self, name: str, rows) -> pa.Array:
         return self.df[name].take(self.backend.to_device(rows)).to_arrow()
 
 
@@ -260,7 +262,7 @@ class _ArraysInput(DeviceInput):
     def _fetch(self, name: str) -> tuple:
         raise KeyError(f"no device column {name!r}")
 
-    def take(self, name: str, rows: np.ndarray) -> pa.Array:
+    def take(self, name: str, rows) -> pa.Array:
         values, valid = self.column(name)
         at = self.backend.to_device(rows)
         mask = None if valid is None else ~self.backend.to_host(valid[at])

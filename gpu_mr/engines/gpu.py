@@ -289,8 +289,8 @@ class GpuEngine:
             return None
         # partition columns: each match's value at its first row (floats keep
         # that row's -0.0 or 0.0, as the host output does)
-        source_rows = backend.to_host(found.starts if order.was_sorted
-                                      else order.rows[found.starts]).astype(np.int64)
+        source_rows = (found.starts if order.was_sorted
+                       else order.rows[found.starts]).astype(np.int64, copy=False)
         arrays = [values[f.name] if f.name in values else source.take(f.name, source_rows)
                   for f in query.output_schema]
         self.last_run = RunInfo("device", "every stage on the device"
