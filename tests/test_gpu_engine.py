@@ -307,3 +307,18 @@ def test_matches_longer_than_chunks_equal_reference(pattern, chunk_rows):
     got, want, gpu = run_both(clause, t, chunk_rows)
     assert got == want, (pattern, chunk_rows)
     assert gpu.last_run.path == "device"
+
+
+@pytest.mark.parametrize("n_values,n", [(1, 0), (1, 5), (4, 1), (16, 300), (256, 1000),
+                                        (128, 77), (256, 3)])
+def test_present_values_equal_bincount(n_values, n):
+    from gpu_mr.kernels.gpu_present import present_values, or_into_words
+    backend = B.detect()
+    rng = np.random.default_rng(n_values + n)
+    values = rng.choice(rng.integers(0, n_values, 5), n).astype(np.uint8)
+    want = np.bincount(values, minlength=n_values) > 0
+    got = present_values(backend, backend.to_device(values), n_values)
+    assert got.tolist() == want.tolist()
+    words = or_into_words(values, 0, n, 1)      # the plain body, as the CPU runs it
+    assert [int(w) for w in words] == [
+        sum(1 << (v % 64) for v in set(values.tolist()) if v // 64 == k) for k in range(4)]

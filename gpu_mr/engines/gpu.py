@@ -477,12 +477,11 @@ def classes_and_tables(backend, query: CheckedQuery, dfa: Dfa, bits):
     cannot be built (past its state cap). A time limit's tables hold the
     empty class (bitmask 0, index 0) whether or not a row has it."""
     from ..kernels.gpu_scan import DeviceTables
-    xp = backend.xp
     n_vars = len(query.primary_vars)
     timed = query.time_limit is not None
     if n_vars <= _DIRECT_MAX_VARS:
-        seen = xp.bincount(bits, minlength=1 << n_vars)
-        present = np.flatnonzero(backend.to_host(seen)).tolist()
+        from ..kernels.gpu_present import present_values
+        present = np.flatnonzero(present_values(backend, bits, 1 << n_vars)).tolist()
         if timed and 0 not in present:
             present = [0] + present
         classes = bits
