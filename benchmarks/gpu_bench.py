@@ -153,6 +153,37 @@ def pinned_bandwidth(backend, repeat: int) -> float:
     return n / seconds
 
 
+def transfer_rates(backend, repeat: int) -> dict:
+    """Bytes/s of the copies the pipeline's host side is made of, on 1 GiB:
+    host memory into a pinned buffer (the staging ring's fill, on all
+    cores), device into pinned memory, device into new pageable memory (a
+    plain ``asnumpy``), and device into new pageable memory through the
+    staging ring (``Backend.to_host``). Tells whether the bus or the host's
+    copies set the staged transfers' pace."""
+    from gpu_mr.transfer import _fill
+    xp = backend.xp
+    n = (1 << 30) if not backend.simulated else (1 << 20)
+    host = np.random.default_rng(0).integers(0, 255, n, dtype=np.uint8)
+    device = backend.to_device(host)
+    if backend.simulated:
+        pinned = np.empty(n, np.uint8)
+    else:
+        import cupyx
+        pinned = cupyx.empty_pinned(n, dtype=np.uint8)
+    rates = {}
+    seconds, _ = timed(backend, lambda: _fill(pinned, host), max(repeat, 3))
+    rates["host_to_pinned"] = n / seconds
+    if not backend.simulated:
+        seconds, _ = timed(backend, lambda: device.get(out=pinned), max(repeat, 3))
+        rates["device_to_pinned"] = n / seconds
+        seconds, _ = timed(backend, lambda: xp.asnumpy(device), max(repeat, 3))
+        rates["device_to_pageable"] = n / seconds
+    seconds, back = timed(backend, lambda: backend.to_host(device), max(repeat, 3))
+    assert np.array_equal(back, host), "the staged copy back differs from what went in"
+    rates["device_to_host_staged"] = n / seconds
+    return rates
+
+
 def host_table(backend, columns: dict) -> pa.Table:
     return pa.table({name: backend.to_host(columns[name]) for name in SCHEMA.names},
                     schema=SCHEMA)
@@ -345,6 +376,9 @@ def main(argv=None) -> int:
     args.pinned_bandwidth = pinned_bandwidth(found, args.repeat)
     log(f"device: {found.device}; measured copy bandwidth {bandwidth / 1e9:.0f} GB/s; "
         f"host to device from pinned memory {args.pinned_bandwidth / 1e9:.1f} GB/s")
+    rates = transfer_rates(found, args.repeat)
+    log("copies, GB/s: " + ", ".join(f"{name.replace('_', ' ')} {rate / 1e9:.1f}"
+                                     for name, rate in rates.items()))
     records = []
     stamp = _dt.date.today().isoformat()
     slug = "".join(c if c.isalnum() else "-" for c in found.device.lower()).strip("-")
@@ -358,6 +392,7 @@ def main(argv=None) -> int:
         result = {"date": stamp, "device": found.device, "simulated": found.simulated,
                   "copy_bandwidth_bytes_per_s": bandwidth,
                   "pinned_host_to_device_bytes_per_s": args.pinned_bandwidth,
+                  "copy_rates_bytes_per_s": rates,
                   "query": V_SHAPE.strip(),
                   "row_bytes": ROW_BYTES, "python": platform.python_version(),
                   "cases": records, "log": lines}
