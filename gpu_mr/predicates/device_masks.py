@@ -1078,14 +1078,15 @@ def _positions(xp, offsets, n: int, before: bool):
     """Each row's count of rows before it (``before``) or after it in its
     partition. On a device a kernel writes it with no temporaries (the array
     expression below holds six int64 arrays of n at once: 48 GB at 1e9 rows)."""
-    if xp is not np:
-        from ..backend import detect
+    from ..backend import detect
+    backend = detect()
+    if not isinstance(backend, str) and not backend.simulated and xp is backend.xp:
         from ..kernels.gpu_positions import run_positions
-        pos, rest = run_positions(detect(), offsets, n, before, not before)
+        pos, rest = run_positions(backend, offsets, n, before, not before)
         return pos if before else rest
-    rows = np.arange(n, dtype=np.int64)
-    offs = np.asarray(offsets, dtype=np.int64)
-    part = np.searchsorted(offs[1:], rows, side="right")
+    rows = xp.arange(n, dtype=np.int64)
+    offs = xp.asarray(offsets, dtype=np.int64)
+    part = xp.searchsorted(offs[1:], rows, side="right")
     return rows - offs[part] if before else offs[part + 1] - 1 - rows
 
 
