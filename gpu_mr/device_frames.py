@@ -89,7 +89,14 @@ def order_rows(backend, keys: list, n_partition_keys: int, n: int) -> DeviceOrde
             n_partition_arrays = len(arrays)
     if n < 2 or not arrays:
         return DeviceOrder(None, np.array([0, n] if n else [0], dtype=np.int64))
-    if _in_order(xp, arrays):
+    from .kernels.gpu_order import MAX_ARRAYS, adjacent_order
+    if not backend.simulated and len(arrays) <= MAX_ARRAYS:
+        # one fused pass on a device; the array expressions below read each
+        # key four to five times (kernels/gpu_order.py)
+        in_order, changed = adjacent_order(backend, arrays, n_partition_arrays)
+        if in_order:
+            return DeviceOrder(None, _offsets_of_changes(backend, changed, n))
+    elif _in_order(xp, arrays):
         return DeviceOrder(None, _offsets(backend, arrays[:n_partition_arrays], n))
     rows = xp.arange(n, dtype=np.int64)
     for a in reversed(arrays):          # least significant first: stable passes keep ties
@@ -139,14 +146,19 @@ def _in_order(xp, arrays: list) -> bool:
 
 def _offsets(backend, partition_arrays: list, n: int) -> np.ndarray:
     """Partition offsets of sorted rows: where any partition array changes."""
-    if not partition_arrays:
-        return np.array([0, n], dtype=np.int64)
-    xp = backend.xp
     changed = None
     for a in partition_arrays:
         differs = a[:-1] != a[1:]
         changed = differs if changed is None else changed | differs
-    starts = backend.to_host(xp.flatnonzero(changed)).astype(np.int64) + 1
+    return _offsets_of_changes(backend, changed, n)
+
+
+def _offsets_of_changes(backend, changed, n: int) -> np.ndarray:
+    """Partition offsets from ``changed`` (device bool per adjacent pair:
+    whether a partition starts at the second row; None: one partition)."""
+    if changed is None:
+        return np.array([0, n], dtype=np.int64)
+    starts = backend.to_host(backend.xp.flatnonzero(changed)).astype(np.int64) + 1
     return np.concatenate([np.zeros(1, np.int64), starts, np.array([n], np.int64)])
 
 

@@ -119,3 +119,57 @@ def test_unordered_types_are_named():
     source = from_arrow(BACKEND, t)
     assert "d" in source.reason([], ["d", "ts"]) and source.reason([], ["ts"]) is None
     assert "d" in source.reason(["ts", "d"]) and source.reason(["ts"]) is None
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_one_pass_order_check_equals_the_array_expressions(seed):
+    """kernels/gpu_order.py (the device's fused check) against the array
+    expressions the simulator runs: the same order verdict and the same
+    partition offsets, for one to four key arrays of mixed types."""
+    from gpu_mr import device_frames as F
+    from gpu_mr.kernels.gpu_order import adjacent_order
+    backend = B.detect()
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 60))
+    n_arrays = int(rng.integers(1, 5))
+    kinds = [np.uint8, np.int64, np.float64, np.int32]
+    arrays = []
+    for k in range(n_arrays):
+        a = rng.integers(0, 3 if k < n_arrays - 1 else 5, n).astype(kinds[(seed + k) % 4])
+        if a.dtype == np.int64:         # nanosecond clocks: 1 ns apart must not tie
+            a += 1_700_000_000_000_000_000
+        arrays.append(a)
+    if seed % 3:                        # mostly sorted input: the interesting case
+        order = np.lexsort(arrays[::-1])
+        arrays = [a[order] for a in arrays]
+        if seed % 3 == 2:               # one pair out of order
+            i = int(rng.integers(0, n - 1))
+            for a in arrays:
+                a[[i, i + 1]] = a[[i + 1, i]]
+    n_part = int(rng.integers(0, n_arrays + 1))
+    device = [backend.to_device(a) for a in arrays]
+    in_order, changed = adjacent_order(backend, device, n_part)
+    assert in_order == F._in_order(np, arrays)
+    assert F._offsets_of_changes(backend, changed, n).tolist() == \
+        F._offsets(backend, arrays[:n_part], n).tolist()
+    pads = arrays + [arrays[0]] * (4 - n_arrays)
+    for i in range(n - 1):          # the body compiled as numba compiles it for the device
+        k, wrong = _compiled_pair_order()(i, n_arrays, *pads)
+        row = [a[i] for a in arrays]
+        after = [a[i + 1] for a in arrays]
+        assert wrong == (row > after)
+        assert k == next((j for j in range(n_arrays) if row[j] != after[j]), n_arrays)
+
+
+def _compiled_pair_order():
+    """gpu_order.pair_order compiled by numba.njit: typed as the device
+    compiles it (a plain Python call would hide numba's type unification)."""
+    import numba
+    from gpu_mr.kernels.gpu_order import pair_order
+    if not _PAIR_ORDER:
+        _PAIR_ORDER.append(numba.njit(lambda i, n, a0, a1, a2, a3: pair_order(i, n, a0, a1, a2,
+                                                                              a3)))
+    return _PAIR_ORDER[0]
+
+
+_PAIR_ORDER: list = []
