@@ -8,8 +8,9 @@ buffer is refilled only after the event recorded behind its last send has
 completed. Back from the device it runs the other way: the copy engine
 brings chunk k+1 into a free buffer while host threads empty chunk k into
 the result, and a buffer is emptied only after the event recorded behind
-its receive has completed. Small arrays (under two chunks) take one plain
-copy.
+its receive has completed. An array is cut into chunks of at most a ring
+buffer, and into at least four where they stay above 1 MiB, so that
+mid-sized arrays overlap too; arrays under 1 MiB take one plain copy.
 
 Why: a copy from pageable memory is staged by the driver through a small
 pinned buffer of its own, one chunk at a time with no overlap, and reaches
@@ -17,10 +18,10 @@ a fraction of the bus's bandwidth; from pinned memory the copy engine runs
 at the bus's speed. On an H100 machine (2026-11-28, benchmarks/results)
 copies from the device into pageable memory moved about 3 GB/s (gpu_bench's
 to_host stage) where a copy from pinned memory moved 55 GB/s: per-match
-results of 1e9 rows took seconds to come back. Pinning the caller's array
-instead (cudaHostRegister) costs about as much as the copy itself, every
-time. The buffers are
-allocated once per process and reused.
+results of 1e9 rows took seconds to come back, and 80 MB columns (which
+took the plain copy then) reached 10% of the pinned rate. Pinning the
+caller's array instead (cudaHostRegister) costs about as much as the copy
+itself, every time. The buffers are allocated once per process and reused.
 
 Cost: one pass over the array by the host threads (into pinned memory) and
 one DMA over the bus, overlapped: the slower of the two sets the time. Host
@@ -43,6 +44,11 @@ from .kernels.threads import run_pieces, thread_count
 # Bytes per chunk: each send's fixed cost (about 10 us) is under 1% of its
 # time at 50 GB/s, and the ring stays small.
 CHUNK_BYTES = 64 << 20
+# Arrays from this size on go through the ring: on an H100 machine a copy
+# from or to pageable memory ran at 3-5 GB/s, one from pinned memory at 55.
+STAGED_MIN_BYTES = 1 << 20
+# The smallest chunk: each copy's fixed cost stays a small share of it.
+MIN_CHUNK_BYTES = 1 << 20
 # Buffers in the ring: one filling, one sending, one spare so that a fill
 # never waits on the send just queued.
 RING = 3
@@ -102,19 +108,20 @@ def to_device_staged(backend, array: np.ndarray, ops=None):
     or for arrays under two chunks, one plain ``backend.to_device``."""
     array = np.ascontiguousarray(array)
     if ops is None:
-        if backend.simulated or array.nbytes < 2 * CHUNK_BYTES:
+        if backend.simulated or array.nbytes < STAGED_MIN_BYTES:
             return backend.to_device(array)
         ops = _Ops(backend.xp)
     src = array.reshape(-1).view(np.uint8)
     out = ops.empty(src.size)
+    chunk = chunk_bytes(src.size)
     with _ring_lock:
         key = id(type(ops))
         ring = _rings.get(key)
         if ring is None:
             ring = _rings[key] = [ops.pinned(CHUNK_BYTES) for _ in range(RING)]
         pending = [None] * len(ring)           # the event behind each buffer's last send
-        for k, lo in enumerate(range(0, src.size, CHUNK_BYTES)):
-            hi = min(lo + CHUNK_BYTES, src.size)
+        for k, lo in enumerate(range(0, src.size, chunk)):
+            hi = min(lo + chunk, src.size)
             i = k % len(ring)
             if pending[i] is not None:
                 ops.wait(pending[i])           # its previous chunk has left
@@ -131,13 +138,14 @@ def to_host_staged(backend, array, ops=None) -> np.ndarray:
     if ops is None:
         if backend.simulated or isinstance(array, np.ndarray):
             return np.asarray(array)
-        if array.nbytes < 2 * CHUNK_BYTES:
+        if array.nbytes < STAGED_MIN_BYTES:
             return backend.xp.asnumpy(array)
         array = backend.xp.ascontiguousarray(array)
         ops = _Ops(backend.xp)
     src = array.reshape(-1).view(np.uint8)
     out = np.empty(src.size, dtype=np.uint8)
-    bounds = [(lo, min(lo + CHUNK_BYTES, src.size)) for lo in range(0, src.size, CHUNK_BYTES)]
+    chunk = chunk_bytes(src.size)
+    bounds = [(lo, min(lo + chunk, src.size)) for lo in range(0, src.size, chunk)]
     with _ring_lock:
         key = id(type(ops))
         ring = _rings.get(key)
@@ -154,6 +162,13 @@ def to_host_staged(backend, array, ops=None) -> np.ndarray:
             _drain(ops, item, out)
         ops.finish()
     return out.view(array.dtype).reshape(array.shape)
+
+
+def chunk_bytes(nbytes: int) -> int:
+    """The chunk size for an array of ``nbytes``: at most ``CHUNK_BYTES``
+    (a ring buffer), and at least four chunks where ``MIN_CHUNK_BYTES``
+    allows, so that a mid-sized array's fills and copies overlap too."""
+    return min(CHUNK_BYTES, max(MIN_CHUNK_BYTES, -(-nbytes // 4)))
 
 
 def _drain(ops, item, out: np.ndarray) -> None:

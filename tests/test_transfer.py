@@ -119,3 +119,17 @@ def test_staged_copy_back_waits_before_reading(small_chunks):
     array = np.arange(1, 5001, dtype=np.int64)
     ops = DeferredOps()
     assert np.array_equal(T.to_host_staged(None, array, ops), array)
+
+
+def test_mid_sized_arrays_are_cut_into_four_chunks(monkeypatch):
+    # the fill of one chunk overlaps the copy of another only with several
+    monkeypatch.setattr(T, "CHUNK_BYTES", 1000)
+    monkeypatch.setattr(T, "MIN_CHUNK_BYTES", 10)
+    monkeypatch.setattr(T, "_rings", {})
+    assert [T.chunk_bytes(n) for n in (5, 40, 41, 400, 3999, 4000, 10**6)] == \
+        [10, 10, 11, 100, 1000, 1000, 1000]
+    array = np.arange(50, dtype=np.int64)          # 400 bytes: four chunks of 100
+    for direction in (T.to_device_staged, T.to_host_staged):
+        ops = EagerOps()
+        assert np.array_equal(direction(None, array, ops), array)
+        assert ops.sends == 4
