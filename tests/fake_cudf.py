@@ -3,8 +3,9 @@
 It follows cuDF's documented API (``DataFrame.from_arrow``, ``to_arrow``,
 ``head``, ``__getitem__``; ``Series.null_count``, ``astype``,
 ``to_cupy(copy=, na_value=)``, ``notna``, ``take``, ``to_arrow``) over a
-pyarrow Table, with numpy arrays where cuDF hands out cupy ones (as the
-CUDA simulator has numpy stand in for cupy). It counts whole-frame
+pyarrow Table, handing out arrays of the detected backend's array module
+where cuDF hands out cupy ones: cupy on a GPU machine without RAPIDS,
+numpy under the CUDA simulator (which has numpy stand in for cupy). It counts whole-frame
 ``to_arrow`` calls so a test can check that the device pipeline never
 brought the frame to the host. On a RAPIDS machine the same tests run
 against real cuDF (tests/test_device_input.py).
@@ -64,16 +65,28 @@ class Series:
                 raise ValueError("cuDF cannot hand out a column with nulls without na_value")
             arr = pc.fill_null(arr, na_value)
         out = arr.to_numpy(zero_copy_only=False)
-        return out.astype(dtype) if dtype is not None else out
+        return _device(out.astype(dtype) if dtype is not None else out)
 
     def notna(self) -> "Series":
         return Series(pc.is_valid(self._array))
 
     def take(self, indices) -> "Series":
-        return Series(self._array.take(pa.array(np.asarray(indices), pa.int64())))
+        return Series(self._array.take(pa.array(_host(indices), pa.int64())))
 
     def to_arrow(self) -> pa.Array:
         return self._array
+
+
+def _device(array: np.ndarray):
+    from gpu_mr import backend as B
+    found = B.detect()
+    return array if isinstance(found, str) or found.simulated else found.xp.asarray(array)
+
+
+def _host(array) -> np.ndarray:
+    from gpu_mr import backend as B
+    found = B.detect()
+    return np.asarray(array) if isinstance(found, str) else found.to_host(array)
 
 
 # gpu_mr recognises a cuDF frame by its class's module (it never imports

@@ -109,7 +109,11 @@ def test_skip_errors_are_the_references():
     assert messages[0] == messages[1]
 
 
-def test_state_dependent_queries_run_on_the_device_register_machine():
+def test_state_dependent_queries_run_on_the_device_register_machine(monkeypatch):
+    # three partitions: a real device would leave them to the CPU engine's
+    # machine (REGISTERS_MIN_PARTITIONS), as the simulator does not
+    from gpu_mr.engines import gpu as G
+    monkeypatch.setattr(G, "REGISTERS_MIN_PARTITIONS", 0)
     t = v_shape(200, 3, 5)
     q = ("PARTITION BY sym ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
          "DEFINE B AS price < AVG(B.price) + 1 AND COUNT(B.*) < 4")
