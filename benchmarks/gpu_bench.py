@@ -95,6 +95,18 @@ V_SHAPE = """
     PATTERN (STRT DOWN+ UP+)
     DEFINE DOWN AS price < PREV(price), UP AS price > PREV(price)
 """
+# Measures computed from others on the device: a gain, a volume-weighted
+# price (SUM of a row expression), a CASE (benchmarks/run.py's v_shape_vwap).
+V_SHAPE_VWAP = """
+    PARTITION BY symbol ORDER BY ts
+    MEASURES FIRST(STRT.ts) AS start_ts, LAST(UP.ts) AS end_ts,
+             LAST(UP.price) - FIRST(STRT.price) AS gain,
+             SUM(price * volume) / SUM(volume) AS vwap,
+             CASE WHEN COUNT(*) > 10 THEN 'long' ELSE 'short' END AS kind
+    ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
+    PATTERN (STRT DOWN+ UP+)
+    DEFINE DOWN AS price < PREV(price), UP AS price > PREV(price)
+"""
 SCHEMA = pa.schema([("symbol", pa.int64()), ("ts", pa.int64()), ("price", pa.float64()),
                     ("volume", pa.int64())])
 ROW_BYTES = 32
@@ -310,6 +322,34 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
     return record
 
 
+def run_measures_case(backend, rows: int, partitions: int, args, log) -> dict:
+    """``V_SHAPE_VWAP`` end to end with data on the device against the CPU
+    engine on the same rows: the time of measures computed from others."""
+    columns, _ = generate(backend, rows, partitions, seed=rows + partitions + 1)
+    columns["volume"] = columns["volume"] + 1       # no zero total volume
+    query = analyze(parse_clause(V_SHAPE_VWAP), SCHEMA)
+    engine = G.GpuEngine()
+    engine.max_rows = rows
+    source = from_device_columns(backend, SCHEMA, {n: (c, None) for n, c in columns.items()})
+    seconds, out = timed(backend, lambda: engine.run_input(query, source), args.repeat)
+    record = {"query": "v_shape_vwap", "rows": rows, "partitions": partitions}
+    if out is None:
+        record["declined"] = engine._declined[1]
+        log(f"v_shape_vwap {rows:,} rows: the device pipeline declined: {record['declined']}")
+        return record
+    table = host_table(backend, columns)
+    cpu_seconds, cpu_out = timed(backend, lambda: gpu_mr.match_recognize(
+        table, V_SHAPE_VWAP, engine="cpu"), args.repeat)
+    record.update(seconds=seconds, rows_per_s=rows / seconds, cpu_seconds=cpu_seconds,
+                  gpu_vs_cpu_end_to_end=cpu_seconds / seconds,
+                  identical_to_cpu_engine=bool(out.equals(cpu_out)))
+    log(f"v_shape_vwap {rows:,} rows {partitions:,} parts | end to end {seconds * 1e3:.1f} ms "
+        f"({rows / seconds:.3g} rows/s) | cpu engine {cpu_seconds * 1e3:.1f} ms | "
+        f"x cpu {cpu_seconds / seconds:.1f} | identical "
+        + ("yes" if record["identical_to_cpu_engine"] else "NO"))
+    return record
+
+
 def summary_line(r: dict) -> str:
     s = r["stages"]
     parts = [f"{r['rows']:>12,} rows {r['partitions']:>7,} parts {r['matches']:>11,} matches",
@@ -356,6 +396,8 @@ def main(argv=None) -> int:
                    help="compare every match with the CPU engine's up to this many rows")
     p.add_argument("--sort-rows", type=float, default=1e9,
                    help="time the device sort of shuffled keys up to this many rows")
+    p.add_argument("--vwap-rows", type=float, default=1e8,
+                   help="rows of the v_shape_vwap case (measures computed from others; 0 skips)")
     p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     args = p.parse_args(argv)
     if args.quick:
@@ -415,6 +457,19 @@ def main(argv=None) -> int:
                 if not found.simulated:
                     found.xp.get_default_memory_pool().free_all_blocks()
                 write_results()
+    if args.vwap_rows:
+        rows = int(args.vwap_rows)
+        try:
+            parts = max(1, min(10_000, rows // 1000))
+            records.append(run_measures_case(found, rows, parts, args, log))
+        except Exception as exc:
+            traceback.print_exc()
+            log(f"v_shape_vwap {rows:,} rows: FAILED {type(exc).__name__}: {exc}")
+            records.append({"query": "v_shape_vwap", "rows": rows,
+                            "error": f"{type(exc).__name__}: {exc}"})
+        finally:
+            found.release_memory()
+            write_results()
     for rows in rows_list:       # one huge partition against many small ones
         by_parts = {r["partitions"]: r for r in records if r.get("rows") == rows
                     and "device_seconds" in r}

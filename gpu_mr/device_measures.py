@@ -16,6 +16,11 @@ where they become Arrow arrays. The subset:
   constant offset, RUNNING or FINAL (in ONE ROW both are the match's end);
 - ``COUNT(*)``, ``COUNT(X.*)``, ``COUNT(X.col)``, ``SUM``/``AVG``/``MIN``/
   ``MAX(X.col)`` and their forms over every row of the match;
+- ``COUNT``/``SUM``/``AVG`` of a row expression (``SUM(A.price *
+  A.volume)``): the argument computed at every row on the device by the
+  DEFINE masks' templates (predicates/device_masks.py: ``DeviceValue``),
+  then aggregated as a column is; a row where it raises sends the measure
+  to the host, which gives the error;
 
 - an expression over the above (``LAST(UP.price) - FIRST(A.price)``, CASE,
   casts): the leaves per match on the device, the expression around them
@@ -23,7 +28,7 @@ where they become Arrow arrays. The subset:
 
 over integer, floating point (32 and 64 bit), boolean, date, timestamp and
 duration columns (COUNT of a column reads only its validity, so any type).
-Anything else (arithmetic over these, PREV/NEXT, CASE, strings, DISTINCT,
+Anything else (PREV/NEXT, strings, DISTINCT, MIN/MAX of an expression,
 ...) is declined by :func:`device_measures_reason`, and data that would
 make the device's value differ from the host's (a BIGINT SUM leaving its
 range, NaN under SUM/AVG/MIN/MAX, a cast Arrow refuses) by
@@ -166,9 +171,10 @@ def _form(query: CheckedQuery, e: A.Expr, edges: tuple) -> Union[tuple, str]:
             return f"{e.to_sql()}: DISTINCT and OVER are not computed on the device"
         if e.star:
             return ("rows",) if ids is None else ("count", ids, None)
-        if (e.name not in ("COUNT", "SUM", "AVG", "MIN", "MAX") or len(e.args) != 1
-                or not isinstance(e.args[0], A.ColumnRef)):
+        if e.name not in ("COUNT", "SUM", "AVG", "MIN", "MAX") or len(e.args) != 1:
             return f"{e.to_sql()} is not computed on the device"
+        if not isinstance(e.args[0], A.ColumnRef):
+            return _argument_form(query, e, ids)
         ref = e.args[0]
         t = column_type(ref)
         if e.name == "COUNT":
@@ -181,6 +187,24 @@ def _form(query: CheckedQuery, e: A.Expr, edges: tuple) -> Union[tuple, str]:
             return f"{e.to_sql()}: the device does not order {t} values"
         return (e.name, ids, ref.resolved, ref.type.arrow())
     return f"{e.to_sql()} is not computed on the device"
+
+
+def _argument_form(query: CheckedQuery, e: A.Aggregate, ids) -> Union[tuple, str]:
+    """The form of COUNT/SUM/AVG over a row expression (``SUM(A.price *
+    A.volume)``): the argument computed at every row on the device by the
+    DEFINE masks' templates (predicates/device_masks.py), then aggregated
+    as a column is; the column slot holds ``("expr", argument, variable)``."""
+    from .predicates.device_masks import compile_device_value
+    arg = e.args[0]
+    if e.name not in ("COUNT", "SUM", "AVG"):
+        return f"{e.to_sql()}: {e.name} of an expression is not computed on the device"
+    if arg.type is None or arg.type.kind not in ("BIGINT", "DOUBLE"):
+        return f"{e.to_sql()}: the device aggregates integer and floating point expressions only"
+    value = compile_device_value(arg, e.var, query.input_schema)
+    if isinstance(value, str):
+        return f"{e.to_sql()}: {value}"
+    column = ("expr", arg, e.var)
+    return ("count", ids, column) if e.name == "COUNT" else (e.name, ids, column)
 
 
 # (query, its forms) of the last query seen: explain(), the engine's check
@@ -363,6 +387,27 @@ class _Run:
     def to_host(self, array) -> np.ndarray:
         return np.asarray(self.b.to_host(array))
 
+    def column(self, column) -> Union[DeviceColumn, str]:
+        """An input column by name, or an aggregate's argument ``("expr",
+        expression, variable)`` computed at every row (once per call); or
+        the reason the device does not compute it for this data."""
+        if isinstance(column, str):
+            return self.columns[column]
+
+        def make():
+            from .predicates.device_masks import compile_device_value
+            _, expr, var = column
+            value = compile_device_value(expr, var, self.q.input_schema)
+            n = int(self.columns[value.columns[0]].values.shape[0])
+            got = value.evaluate(self.xp, {name: self.columns[name][:2]
+                                           for name in value.columns}, n)
+            if got is None:
+                return f"{expr.to_sql()} raises at some row (the host gives the error)"
+            values, valid = got
+            t = pa.float64() if values.dtype.kind == "f" else pa.int64()
+            return DeviceColumn(values, valid, t)
+        return self._cached(("column", column), make)
+
     # ---- values at rows
 
     def gather(self, column: str, rows, target: pa.DataType):
@@ -421,7 +466,9 @@ class _Run:
         if kind == "rows":
             return pa.array(self.to_host(self.lengths).astype(np.int64), pa.int64())
         ids, column = form[1], form[2]
-        col = None if column is None else self.columns[column]
+        col = None if column is None else self.column(column)
+        if isinstance(col, str):
+            return col
         valid = None if col is None else col.valid
         member = self.member(ids)
         args = (member, f.labels, f.starts, f.label_offsets)

@@ -118,10 +118,14 @@ def test_gpu_bench_tiny_under_the_simulator(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(BENCH / "gpu_bench.py"), "--rows", "2000", "--partitions", "1,9",
          "--cpu-rows", "2000", "--check-rows", "2000", "--repeat", "1", "--chunk-rows", "16",
-         "--out-dir", str(tmp_path)], capture_output=True, text=True, timeout=300, env=env)
+         "--vwap-rows", "600", "--out-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     report = json.loads(next(tmp_path.glob("gpu-*.json")).read_text())
-    assert report["simulated"] and len(report["cases"]) == 2
+    assert report["simulated"] and len(report["cases"]) == 3
+    vwap = report["cases"].pop()
+    assert vwap["query"] == "v_shape_vwap" and vwap["identical_to_cpu_engine"], vwap
+    assert set(report["copy_rates_bytes_per_s"]) >= {"host_to_pinned", "device_to_host_staged"}
     for case in report["cases"]:
         assert case["identical_to_cpu_engine"] and case["public_api_identical"], case
         assert case["end_to_end_identical"] and case["from_host_identical"], case

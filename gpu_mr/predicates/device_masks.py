@@ -76,7 +76,7 @@ import functools
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
 import pyarrow as pa
@@ -814,12 +814,12 @@ class _QueryRef:
 
 
 @functools.lru_cache(maxsize=256)
-def _runner(source: str, xp, fusable: bool):
-    """The callable ``classes`` of ``source`` for ``xp``: fused on cupy
+def _runner(source: str, xp, fusable: bool, entry: str = "classes"):
+    """The callable ``entry`` of ``source`` for ``xp``: fused on cupy
     (unless ``fusable`` is False, see the header), plain otherwise."""
     namespace = _namespace(xp)
     exec(compile(source, "<gpu_mr device masks>", "exec"), namespace)
-    plain = namespace["classes"]
+    plain = namespace[entry]
     fuse = getattr(xp, "fuse", None)
     if xp is np:
         def run(*args):
@@ -1102,3 +1102,139 @@ def _shift(xp, x, k: int, prev: bool):
         else:
             out[:n - k] = x[k:]
     return out
+
+
+# =====================================================================
+# One row expression as values (an aggregate's argument in MEASURES)
+# =====================================================================
+
+@dataclass(frozen=True)
+class _ValueProgram:
+    source: str
+    params: tuple                 # ((name, recipe), ...) of ``value``
+    has_valid: bool               # ``value`` returns a validity after the values
+    has_errors: bool              # ... then the rows where it raises
+    fusable: bool
+
+
+def _value_forms(expr: A.Expr, schema: pa.Schema) -> dict:
+    forms: dict = {}
+    for n in expr.walk():
+        if isinstance(n, A.ColumnRef) and n.resolved not in forms:
+            if n.resolved not in schema.names:
+                raise _Decline(f"the input schema does not name column {n.resolved}")
+            forms[n.resolved] = _form(len(forms), n.resolved, schema.field(n.resolved).type,
+                                      n.type)
+    return forms
+
+
+def _generate_value(expr: A.Expr, var: Optional[str], forms: dict,
+                    nullable: frozenset) -> _ValueProgram:
+    """The source of ``value``: ``expr`` at every row, for an aggregate over
+    the rows of ``var`` (None: every row). Raises _Decline."""
+    if not forms:
+        raise _Decline(f"{expr.to_sql()} reads no column")
+    for n in expr.walk():
+        if isinstance(n, (A.Navigation, A.Aggregate, A.Classifier, A.MatchNumber)):
+            raise _Decline(f"{n.to_sql()} inside an aggregate's argument")
+    fn = _Function("value", expr.to_sql())
+    gen = _Gen(forms, nullable, var, fn)
+    v = gen.emit(expr)
+    if v.kind not in ("BIGINT", "DOUBLE"):
+        raise _Decline(f"an argument of type {v.kind}")
+    if v.ok == "FALSE" or v.const is not None:
+        raise _Decline(f"{expr.to_sql()} is constant")
+    parts = [v.v] + ([v.ok] if v.ok is not None else []) + ([v.err] if v.err else [])
+    ret = ", ".join(parts)
+    lines, used = _live(fn.lines, ret)
+    params = tuple((name, recipe) for name, recipe in fn.params.items() if name in used)
+    body = "\n".join("    " + line for line in lines) or "    pass"
+    source = (f"# gpu_mr device value: {_comment(expr.to_sql())}\n\n"
+              f"def value({', '.join(name for name, _ in params)}):\n    {fn.doc!r}\n{body}\n"
+              f"    return {ret}\n")
+    return _ValueProgram(source, params, v.ok is not None, bool(v.err),
+                         not (gen.double_mul and gen.double_add))
+
+
+@dataclass
+class DeviceValue:
+    """A row expression (the argument of ``SUM(A.price * A.volume)``) as
+    generated device code, computed at every row with the DEFINE masks'
+    templates, so with their exact semantics (three-valued NULLs, BIGINT
+    overflow and division by zero flagged as errors).
+
+    Attributes
+    ----------
+    columns : tuple of str
+        The input columns it reads.
+    """
+    expr: A.Expr = field(repr=False)
+    var: Optional[str]
+    forms: dict = field(repr=False)
+    columns: tuple = field(init=False)
+
+    def __post_init__(self):
+        self.columns = tuple(self.forms)
+
+    def evaluate(self, xp, columns: dict, n_rows: int) -> Optional[tuple]:
+        """``(values, valid or None)``: int64 or float64 per row, with
+        the validity where some row is NULL; None when some row raises
+        (the host then computes the measure, and its exact error).
+        ``columns``: ``{name: (values, valid or None)}`` on the device for
+        ``columns``, in any integer or float width (cast here)."""
+        nullable = frozenset(name for name in self.columns if columns[name][1] is not None)
+        prog = _cached_value_program(self.expr, self.var, tuple(self.forms.items()), nullable)
+        args = []
+        for _, recipe in prog.params:
+            values, valid = columns[recipe[1]]
+            if recipe[0] == "values":
+                args.append(values.astype(self.forms[recipe[1]].dtype, copy=False))
+            else:
+                args.append(valid)
+        out = _runner(prog.source, xp, prog.fusable, "value")(*args)
+        out = out if isinstance(out, tuple) else (out,)
+        values = out[0]
+        valid = out[1] if prog.has_valid else None
+        if prog.has_errors and bool(out[-1].any()):
+            return None
+        if getattr(values, "shape", ()) != (int(n_rows),):
+            return None
+        return values, valid
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_value_program(expr: A.Expr, var: Optional[str], forms_items: tuple,
+                          nullable: frozenset) -> _ValueProgram:
+    return _generate_value(expr, var, dict(forms_items), nullable)
+
+
+def compile_device_value(expr: A.Expr, var: Optional[str],
+                         schema: pa.Schema) -> Union[DeviceValue, str]:
+    """``expr`` (a row expression over the columns of ``var``'s rows, or
+    unqualified ones for ``var`` None) as a :class:`DeviceValue`, or the
+    reason the device does not compute it.
+
+    >>> import numpy as np
+    >>> import pyarrow as pa
+    >>> from gpu_mr.analysis import analyze
+    >>> from gpu_mr.syntax import parse_clause
+    >>> t = pa.table({"ts": [1, 2, 3], "p": [1.5, 2.0, None], "v": [10, 20, 30]})
+    >>> q = analyze(parse_clause("ORDER BY ts MEASURES SUM(A.p * A.v) AS pv "
+    ...                          "PATTERN (A+) DEFINE A AS v > 0"), t.schema)
+    >>> arg = q.measures[0].expr.args[0]
+    >>> value = compile_device_value(arg, "A", t.schema)
+    >>> cols = {"p": (np.array([1.5, 2.0, 0.0]), np.array([True, True, False])),
+    ...         "v": (np.array([10, 20, 30]), None)}
+    >>> values, valid = value.evaluate(np, cols, 3)
+    >>> values.tolist()[:2], valid.tolist()
+    ([15.0, 40.0], [True, True, False])
+    >>> compile_device_value(q.measures[0].expr, None, t.schema)    # SUM(SUM(...))
+    "SUM((A.p * A.v)) inside an aggregate's argument"
+    """
+    try:
+        forms = _value_forms(expr, schema)
+        _cached_value_program(expr, var, tuple(forms.items()), frozenset(forms))
+    except _Decline as d:
+        return str(d)
+    return DeviceValue(expr, var, forms)
+
