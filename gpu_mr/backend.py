@@ -110,7 +110,8 @@ def _probe() -> Union[Backend, str]:
         # Checked first: importing numba.cuda costs a second we need not spend.
         return ("no CUDA device: cupy is not installed (pip install 'gpu_mr[gpu]' on a machine "
                 "with an NVIDIA GPU)")
-    _restore_numpy_names_numba_cuda_reads()
+    from .kernels import restore_numpy_names_numba_cuda_reads
+    restore_numpy_names_numba_cuda_reads()
     try:
         from numba import cuda
     except ImportError:                                   # pragma: no cover
@@ -126,14 +127,4 @@ def _probe() -> Union[Backend, str]:
         return "no CUDA device is visible to this process"
     name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
     return Backend(cupy, cuda, False, name.decode() if isinstance(name, bytes) else str(name))
-
-
-def _restore_numpy_names_numba_cuda_reads() -> None:
-    """numba-cuda (0.30 and older) registers an overload of ``np.row_stack``
-    when it first compiles a kernel; numpy 2.5 removed that alias of
-    ``np.vstack``, so every kernel compile raised AttributeError (seen on an
-    H100 image with numba-cuda 0.30.4 and numpy 2.5.2). Put the alias back
-    where it is missing: it is the function numpy itself named so before."""
-    if not hasattr(np, "row_stack"):
-        np.row_stack = np.vstack
 

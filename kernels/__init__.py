@@ -10,3 +10,20 @@ CPU engine and (later) by ``numba.cuda.jit(device=True)`` for the GPU engine.
 - ``registers``: the register machine (a Pike VM whose threads carry registers)
   for DEFINEs that read the match so far.
 """
+
+import numpy as _np
+
+
+def restore_numpy_names_numba_cuda_reads() -> None:
+    """numba-cuda (0.30 and older) registers an overload of ``np.row_stack``
+    when it first compiles a kernel; numpy 2.5 removed that alias of
+    ``np.vstack``, so every kernel compile raised AttributeError (seen on an
+    H100 image with numba-cuda 0.30.4 and numpy 2.5.2). Put the alias back
+    where it is missing: it is the function numpy itself named so before.
+    Run when this package is imported, before any of its kernels compiles."""
+    if not hasattr(_np, "row_stack"):
+        _np.row_stack = _np.vstack
+
+
+restore_numpy_names_numba_cuda_reads()
+
