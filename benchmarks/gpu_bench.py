@@ -242,6 +242,12 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
                                             args.chunk_rows or None), rows * (1 + 2))
     n_matches = found.starts.shape[0]
     matched_rows = backend.scalar(xp.sum(found.ends - found.starts))
+    for chunk_rows in args.chunk_sweep:     # the chunk size's effect on the scan alone
+        swept, _ = stage(f"scan_chunks_{chunk_rows}", lambda: G.scan(
+            backend, query, classes, offsets, tables, chunk_rows), rows * (1 + 2))
+        assert bool((swept.starts == found.starts).all()) and bool(
+            (swept.ends == found.ends).all()), f"chunks of {chunk_rows} rows find other matches"
+        del swept
     found = stage("recovery", lambda: G.recover(backend, classes, offsets, G.DeviceMatches(
         found.starts, found.ends, found.partitions, found.numbers), tables),
         matched_rows * (1 + 4 + 2 + 1) * 2 + n_matches * 8 * 3)
@@ -354,7 +360,8 @@ def summary_line(r: dict) -> str:
     s = r["stages"]
     parts = [f"{r['rows']:>12,} rows {r['partitions']:>7,} parts {r['matches']:>11,} matches",
              f"device {r['device_rows_per_s']:.3g} rows/s"]
-    for name in ("order_check", "sort", "masks", "classes", "scan", "recovery",
+    sweep = [name for name in s if name.startswith("scan_chunks_")]
+    for name in ("order_check", "sort", "masks", "classes", "scan", *sweep, "recovery",
                  "measures_device", "end_to_end", "from_host", "end_to_end_from_host",
                  "to_host", "measures_host"):
         if name in s:
@@ -396,12 +403,15 @@ def main(argv=None) -> int:
                    help="compare every match with the CPU engine's up to this many rows")
     p.add_argument("--sort-rows", type=float, default=1e9,
                    help="time the device sort of shuffled keys up to this many rows")
+    p.add_argument("--chunk-sweep", default="256,4096",
+                   help="also time the scan with these rows per chunk (empty: none)")
     p.add_argument("--vwap-rows", type=float, default=1e8,
                    help="rows of the v_shape_vwap case (measures computed from others; 0 skips)")
     p.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
     args = p.parse_args(argv)
     if args.quick:
         args.rows, args.partitions = "1e7,1e8", "1,10000"
+    args.chunk_sweep = [int(float(x)) for x in args.chunk_sweep.split(",") if x.strip()]
     found = B.detect()
     if isinstance(found, str):
         print(f"gpu_bench: no device: {found}", file=sys.stderr)
