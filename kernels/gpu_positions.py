@@ -3,13 +3,15 @@
 What: ``pos[r]`` (rows before r in its partition) and ``rest[r]`` (rows after
 it), for the DEFINE masks' PREV/NEXT: row r - k exists in r's partition when
 ``pos[r] >= k``. Thread r finds its partition by a binary search over the
-partition offsets. Either output may be omitted (an empty array).
+partitions its block of rows spans. Either output may be omitted (an
+empty array).
 Why: the array expression for the same thing (an arange, a searchsorted,
 two gathers and their differences) holds six int64 temporaries per row at
 once: 48 GB for 1e9 rows, more than the columns themselves, and enough to
 run an 80 GB device out of memory. Here nothing is allocated beyond the
 outputs, which are int32 whenever the rows fit.
-Cost: O(log partitions) per row, one write per output.
+Cost: a binary search per block of 1,024 rows, then per row one over the
+partitions its block spans (usually one step), one write per output.
 """
 
 from __future__ import annotations
@@ -20,10 +22,16 @@ from numba import cuda
 _compiled: dict = {}
 
 
-def partition_of(r, offsets):
+# Rows per block of the two-level search: each block's first and last rows'
+# partitions are found first (one binary search per block), so a row searches
+# only the partitions its block spans, usually one or two.
+BLOCK_SHIFT = 10
+
+
+def partition_of(r, offsets, lo, hi):
     """The partition p with ``offsets[p] <= r < offsets[p + 1]``, the last
-    such p when empty partitions share an offset."""
-    lo, hi = 0, offsets.shape[0] - 1
+    such p when empty partitions share an offset, searched among
+    ``lo <= p < hi`` (where it must lie)."""
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if offsets[mid] <= r:
@@ -44,11 +52,12 @@ def _build():
     find = cuda.jit(device=True)(partition_of)
 
     @cuda.jit
-    def positions(offsets, pos, rest):
+    def positions(offsets, block_first, pos, rest):
         r = cuda.grid(1)
         n = offsets[offsets.shape[0] - 1]
         if r < n:
-            p = find(r, offsets)
+            b = r >> BLOCK_SHIFT
+            p = find(r, offsets, block_first[b], block_first[b + 1] + 1)
             if pos.shape[0] > 0:
                 pos[r] = r - offsets[p]
             if rest.shape[0] > 0:
@@ -63,7 +72,12 @@ def run_positions(backend, offsets, n: int, want_pos: bool, want_rest: bool):
     xp = backend.xp
     dtype = np.int32 if n < 2 ** 31 else np.int64
     offs = xp.asarray(offsets, dtype=np.int64)
+    # the partition of each block's first row, then of the last row (n - 1):
+    # block b's rows lie in partitions block_first[b] .. block_first[b + 1]
+    firsts = xp.minimum(xp.arange(0, n + (1 << BLOCK_SHIFT), 1 << BLOCK_SHIFT,
+                                  dtype=np.int64), max(n - 1, 0))
+    block_first = xp.searchsorted(offs[1:], firsts, side="right").astype(np.int64)
     pos = xp.empty(n if want_pos else 0, dtype=dtype)
     rest = xp.empty(n if want_rest else 0, dtype=dtype)
-    backend.launch(kernels()["positions"], n, offs, pos, rest)
+    backend.launch(kernels()["positions"], n, offs, block_first, pos, rest)
     return (pos if want_pos else None), (rest if want_rest else None)

@@ -578,17 +578,26 @@ def test_conformance_queries_agree_with_cpu_masks(monkeypatch):
     assert compared >= 100, (compared, declined)
 
 
-@pytest.mark.parametrize("sizes", [[5], [1, 0, 3, 0, 0, 7], [0, 0, 4], [2, 9, 1, 0]])
-def test_device_positions_equal_the_array_expression(sizes):
+_RNG_SIZES = np.random.default_rng(4).choice([0, 1, 2, 3, 5, 9, 17], 40).tolist()
+
+
+@pytest.mark.parametrize("block_shift", [10, 2, 0])
+@pytest.mark.parametrize("sizes", [[5], [1, 0, 3, 0, 0, 7], [0, 0, 4], [2, 9, 1, 0],
+                                   _RNG_SIZES, [0] + _RNG_SIZES + [0, 0]])
+def test_device_positions_equal_the_array_expression(sizes, block_shift, monkeypatch):
     """The device kernel for each row's place in its partition (pos/rest for
     PREV/NEXT) gives what the host's array expression gives, empty
-    partitions included."""
+    partitions included, whatever the blocks of its two-level search."""
     from gpu_mr import backend as B
+    from gpu_mr.kernels import gpu_positions
     from gpu_mr.kernels.gpu_positions import run_positions
     from gpu_mr.predicates.device_masks import _positions
     backend = B.detect()
     if isinstance(backend, str):
         pytest.skip(backend)
+    if not backend.simulated and block_shift != gpu_positions.BLOCK_SHIFT:
+        pytest.skip("a compiled kernel keeps the block size it was compiled with")
+    monkeypatch.setattr(gpu_positions, "BLOCK_SHIFT", block_shift)
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     n = int(offsets[-1])
     pos, rest = run_positions(backend, offsets, n, True, True)
