@@ -340,6 +340,93 @@ def _partition_ordered(ma: MatchArrays) -> MatchArrays:
                        _exclusive_cumsum(lengths), ma.labels[elements], ma.excluded[elements])
 
 
+# ------------------------------------------------------------ measures in the walk
+
+# Chunks beyond which the walk's column reads are left to the gathers (each
+# chunk is a kernel call of its own).
+_WALK_MAX_CHUNKS = 64
+
+
+def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
+    """What the unanchored scan's backward walk can compute for ONE ROW
+    PER MATCH measures so that no measure reads the labels: ``(columns,
+    edges, extremes)`` -- the column names read, ``(column index, at the
+    match's last row)`` for FIRST/LAST at the match's edge, ``(column
+    index, float keys, MAX, variable ids or None: all)`` for MIN/MAX -- or
+    None when some measure needs the labels (they are then written by the
+    walk as usual). Columns: 8-byte numbers, timestamps and durations
+    without NULLs, chunked alike. Why: the walk's chain of dependent
+    lookups leaves room for these loads, which as passes of their own read
+    the columns again (kernels/unanchored.py ``walk_measures``)."""
+    if query.rows_per_match != "ONE" or not query.measures:
+        return None
+    from .kernels.unanchored import WALK_EDGES, WALK_EXTREMES
+    first_vars, last_vars = _edges_of(query)
+    ids = {name: i for i, name in enumerate(query.primary_vars)}
+    var_ids = {name: (i,) for name, i in ids.items()}
+    for name, members in query.subsets.items():
+        var_ids[name] = tuple(sorted(ids[x] for x in members))
+    edges: dict = {}
+    extremes: dict = {}
+    columns: dict = {}
+
+    def column(name: str) -> Optional[int]:
+        col = data.table.column(name)
+        t = col.type
+        if col.null_count or not (t in (pa.int64(), pa.float64()) or pa.types.is_timestamp(t)
+                                  or pa.types.is_duration(t)):
+            return None
+        return columns.setdefault(name, len(columns))
+
+    def at_edge(var: Optional[str], kind: str) -> bool:
+        return var is None or (frozenset(var_ids[var])
+                               >= (first_vars if kind == "FIRST" else last_vars))
+
+    def label_free(e: A.Expr) -> bool:
+        if isinstance(e, A.MatchNumber):
+            return True
+        if isinstance(e, A.ColumnRef):
+            return at_edge(e.var, "LAST")
+        if isinstance(e, A.Navigation):
+            if not (isinstance(e.arg, A.ColumnRef) and e.kind in ("FIRST", "LAST")
+                    and int(e.offset.value) == 0 and at_edge(e.arg.var, e.kind)):
+                return False
+            c = column(e.arg.resolved)
+            if c is not None and len(edges) < WALK_EDGES:     # more: gathered as usual
+                edges.setdefault((e.arg.resolved, e.kind == "LAST"), (c, e.kind == "LAST"))
+            return True
+        if isinstance(e, A.Aggregate):
+            if e.star:
+                return e.var is None and e.name == "COUNT"
+            if (e.name not in ("MIN", "MAX") or e.distinct or e.over_order or len(e.args) != 1
+                    or not isinstance(e.args[0], A.ColumnRef)):
+                return False
+            ref = e.args[0]
+            c = column(ref.resolved)
+            if c is None:
+                return False
+            member = None if e.var is None else var_ids[e.var]
+            floats = data.table.column(ref.resolved).type == pa.float64()
+            extremes.setdefault((ref.resolved, e.name == "MAX", member),
+                                (c, floats, e.name == "MAX", member))
+            return True
+        found = measure_exprs.leaves(e)
+        return (found is not None and not any(leaf is e for leaf in found)   # CLASSIFIER
+                and all(label_free(leaf) for leaf in found))
+
+    if not all(label_free(m.expr) for m in query.measures) or len(extremes) > WALK_EXTREMES:
+        return None
+    names = list(columns)
+    chunked = [[c for c in data.table.column(name).chunks if len(c)] for name in names]
+    bounds = [tuple(np.cumsum([0] + [len(c) for c in cs]).tolist()) for cs in chunked]
+    if names and (len(set(bounds)) > 1 or len(chunked[0]) > _WALK_MAX_CHUNKS):
+        return None
+    chunks = [tuple(np.frombuffer(cs[k].buffers()[1], dtype=np.uint64,
+                                  count=cs[k].offset + len(cs[k]))[cs[k].offset:]
+                    for cs in chunked) for k in range(len(chunked[0]) if names else 0)]
+    return (bounds[0] if names else (0,), chunks, edges, extremes)
+
+
 # ------------------------------------------------------------ interpreter path
 
 def _interpret(query: CheckedQuery, data: SortedInput, ma: MatchArrays, rows: OutputRows,
@@ -753,6 +840,16 @@ def _gatherable(t: pa.DataType) -> bool:
 _last_edges: tuple = (None, None)
 
 
+def _edges_of(query: CheckedQuery) -> tuple:
+    """``nfa.edge_variables`` of the query's pattern (cached for the last query)."""
+    global _last_edges
+    last = _last_edges              # one read: another thread may replace it
+    if last[0] is not query:
+        edges = edge_variables(compile_nfa(query.pattern, query.primary_vars))
+        last = _last_edges = (query, edges)
+    return last[1]
+
+
 class _Vectors:
     """Vectorised measure evaluation over one set of output rows.
 
@@ -795,6 +892,8 @@ class _Vectors:
         self._cache: dict = {}
         self._decoded: dict = {}
         self._part = None
+        # per-match values the engine's walk computed (see walk_request)
+        self.walked = (getattr(ma, "walked", None) or {}) if self.one_row else {}
 
     # built on first read (ONE ROW's common measures need none of them)
     @property
@@ -861,9 +960,20 @@ class _Vectors:
                 if id(p.rows) not in slot:
                     slot[id(p.rows)] = len(sets)
                     sets.append(p.rows)
-            gathered = _gather_sets(src, sets, self._spans())
+            walked = {}
+            for name, p in items:       # FIRST/LAST at the match's edge, from the walk
+                at_end = (True if p.rows is self.ma.end
+                          else False if p.rows is self.ma.start else None)
+                got = self.walked.get(("edge", column, at_end))
+                if at_end is not None and got is not None:
+                    walked[name] = _fixed_array(src, got, None)
+            sets = [r for r in sets if not all(
+                name in walked for name, p in items if p.rows is r)]
+            slot = {id(r): i for i, r in enumerate(sets)}
+            gathered = _gather_sets(src, sets, self._spans()) if sets else []
             for name, p in items:
-                arr = _fixed_array(src, *gathered[slot[id(p.rows)]])
+                arr = (walked[name] if name in walked
+                       else _fixed_array(src, *gathered[slot[id(p.rows)]]))
                 try:
                     out[name] = arr if arr.type == p.target else arr.cast(p.target)
                 except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
@@ -975,12 +1085,7 @@ class _Vectors:
         of ``ids``): then no walk over the labels is needed."""
         if k != 0:
             return False
-        global _last_edges
-        last = _last_edges              # one read: another thread may replace it
-        if last[0] is not self.q:
-            edges = edge_variables(compile_nfa(self.q.pattern, self.q.primary_vars))
-            last = _last_edges = (self.q, edges)
-        return last[1][0 if kind == "FIRST" else 1] <= frozenset(ids)
+        return _edges_of(self.q)[0 if kind == "FIRST" else 1] <= frozenset(ids)
 
     def _per_match_landing(self, ids, kind: str, k: int) -> np.ndarray:
         """Per match, the element FIRST/LAST(.., k) lands on over the whole
@@ -1345,6 +1450,14 @@ class _Vectors:
         if e.name in ("SUM", "AVG") and ref.type.kind not in ("BIGINT", "DOUBLE") and not (
                 decimal and e.name == "SUM"):
             raise _Fallback
+        if e.name in ("MIN", "MAX") and final and self.one_row:
+            got = self.walked.get(("extreme", ref.resolved, e.name == "MAX", ids))
+            if got is not None:         # from the engine's walk: row and value per match
+                rows, words = got
+                valid = None if not rows.size or rows.min() >= 0 else (rows >= 0).view(np.uint8)
+                arr = _fixed_array(self._fixed(ref.resolved), words, valid)
+                target = ref.type.arrow()
+                return arr if arr.type == target else arr.cast(target)
         chunks = self._numbers(ref, e.name in ("MIN", "MAX"))
         if e.name in ("MIN", "MAX"):
             want_max = e.name == "MAX"

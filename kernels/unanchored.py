@@ -9,7 +9,10 @@ match is known by its end and the thread that reached MATCH; a second kernel
 walks each match back through the lineage tables from that thread, writing
 each row's variable and ``{- -}`` mark, until it reaches the seed injected at
 some row: the match's start. A third copies the labels into the CSR layout of
-``engines.base.MatchArrays``.
+``engines.base.MatchArrays``. For ONE ROW PER MATCH measures that need no
+labels (FIRST/LAST at a match's edge, MIN/MAX, COUNT(*)), a variant of the
+walk (``walk_measures``) computes them instead of writing labels, which are
+then recovered only if something reads them.
 Why: the anchored scan (kernels/scan.py) takes about 1.6 DFA steps per row
 on tick data, with an unpredictable branch per failed start, and its path
 recovery walks every match twice (forward for the states, back for the
@@ -30,7 +33,10 @@ the partition's first row. Matches never overlap in this mode, so per-row
 arrays (pre-states, labels) need no slots.
 Cost: one DFA step per row plus the rows re-read after each match; O(match
 length) per match for the walk and the copy; 2 bytes per row of pre-states
-(4 past 32,767 states).
+(4 past 32,767 states). The measured walk reads a key per walked row for
+each MIN/MAX and two words per match for each edge value, loads off its
+chain of lookups (on v_shape, 1e7 rows: about 2 ns a walked row more,
+where the measures' own passes took about 7).
 """
 
 from __future__ import annotations
@@ -168,6 +174,111 @@ def walk_matches(classes, first, last, ends, codes, pre, lineage, class_shift, t
     return p
 
 
+# Values one walk computes: FIRST/LAST at a match's edge, MIN/MAX. Each is
+# arguments of its own, so that the loops read arrays held in registers (a
+# loop over a tuple of columns cost twice the walk's own time).
+WALK_EDGES = 4
+WALK_EXTREMES = 2
+
+
+@register_jitable
+def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, thread_shift,
+                  starts, lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out, n_ext,
+                  keys0, member0, max0, none0, keys1, member1, max1, none1, ext_row, ext_val0,
+                  ext_val1, ext_nan):
+    """:func:`walk_matches` for ONE ROW PER MATCH measures, labels not
+    written (``pre`` is left as it is): for matches ``first .. last-1``, set
+    ``starts[i]`` and, from columns read from row ``lo`` on (every row of
+    those matches lies there, a column's arrays non-empty):
+    for the first ``n_edge`` (at most ``WALK_EDGES``) edges ``j``,
+    ``edge_out[j, i]``: ``edges<j>`` (uint64 words) at the match's first row
+    (its last with ``at_end[j]``), 0 for an empty match;
+    for the first ``n_ext`` (at most ``WALK_EXTREMES``) extremes ``x``,
+    ``ext_row[x, i]``: the row of the MIN (MAX with ``max<x>``) of
+    ``keys<x>`` (float64 or int64) over the rows mapped to a variable ``v``
+    with ``member<x>[v]``, the first of equal keys, -1 for none;
+    ``ext_val<x>[i]`` its key (left alone for none); ``ext_nan[x]`` set when
+    a counted key is NaN (the row is then meaningless).
+    Why here: the walk is a chain of dependent lookups, so these loads and
+    comparisons, independent of it, overlap with it, where passes of their
+    own after the walk would read the columns again."""
+    for i in range(last - 1, first - 1, -1):
+        q = ends[i]
+        c = codes[i]
+        b0 = -1
+        b1 = -1
+        v0 = none0                      # the running extreme of the rows walked
+        v1 = none1
+        f0 = -1                         # the earliest counted row
+        f1 = -1
+        nan0 = False                    # in registers: a store per row would stay a store
+        nan1 = False
+        if c != 1:
+            t = c - 2
+            while True:
+                q -= 1
+                row = (np.int64(pre[q]) << class_shift) | classes[q]
+                step = lineage[np.uint64((row << thread_shift) | t)]
+                var = (step >> 16) & 0x7FFF
+                # Walking backwards, a row takes the extreme when its key is
+                # at least as far out as every later row's (ties go to the
+                # earlier row). A row that does not count reads as the start
+                # value, so it can take the extreme only while nothing beats
+                # that; the earliest counted row then stands in (below).
+                # Tests on `counted` inside `take` cost a third of the walk.
+                if n_ext > 0:
+                    counted = member0[var]
+                    k = keys0[q - lo]          # always: a load under a branch mispredicts
+                    k = k if counted else none0
+                    nan0 |= k != k
+                    take = (k >= v0) if max0 else (k <= v0)
+                    v0 = max(k, v0) if max0 else min(k, v0)
+                    b0 += np.int64(take) * (q - b0)     # arithmetic: `a if c else b`
+                    f0 += np.int64(counted) * (q - f0)  # compiles to a branch here
+                    if n_ext > 1:
+                        counted = member1[var]
+                        k = keys1[q - lo]          # always: a load under a branch mispredicts
+                        k = k if counted else none1
+                        nan1 |= k != k
+                        take = (k >= v1) if max1 else (k <= v1)
+                        v1 = max(k, v1) if max1 else min(k, v1)
+                        b1 += np.int64(take) * (q - b1)     # arithmetic: `a if c else b`
+                        f1 += np.int64(counted) * (q - f1)  # compiles to a branch here
+                t = step & 0xFFFF
+                if (step >> 33) & 1:
+                    break
+        # every counted key is the start value (or none counts): the first
+        # of equal keys is the earliest counted row (-1: none)
+        b0 = f0 if v0 == none0 else b0
+        b1 = f1 if v1 == none1 else b1
+        starts[i] = q
+        if n_edge > 0:
+            first_row = q - lo
+            last_row = ends[i] - 1 - lo
+            if c == 1:                  # an empty match: no row (the caller makes it NULL)
+                for j in range(n_edge):
+                    edge_out[j, i] = 0
+            else:
+                edge_out[0, i] = edges0[last_row if at_end[0] else first_row]
+                if n_edge > 1:
+                    edge_out[1, i] = edges1[last_row if at_end[1] else first_row]
+                if n_edge > 2:
+                    edge_out[2, i] = edges2[last_row if at_end[2] else first_row]
+                if n_edge > 3:
+                    edge_out[3, i] = edges3[last_row if at_end[3] else first_row]
+        # the value at the row (min() of -0.0 and 0.0 may give either)
+        if n_ext > 0:
+            ext_row[0, i] = b0
+            if b0 >= 0:
+                ext_val0[i] = keys0[b0 - lo]
+            ext_nan[0] |= nan0
+            if n_ext > 1:
+                ext_row[1, i] = b1
+                if b1 >= 0:
+                    ext_val1[i] = keys1[b1 - lo]
+                ext_nan[1] |= nan1
+
+
 @register_jitable
 def copy_chunk(first, last, label_offsets, begin, packed, labels, excluded):
     """The labels and marks of matches ``first .. last-1`` from where
@@ -246,6 +357,36 @@ def walk_all_parallel(classes, ends, codes, pre, lineage, class_shift, thread_sh
                                      pre, lineage, class_shift, thread_shift, starts)
 
 
+def walk_measures_groups(classes, g0, g1, ends, codes, pre, lineage, class_shift,
+                         thread_shift, starts, lo, n_edge, edges0, edges1, edges2, edges3,
+                         at_end, edge_out, n_ext, keys0, member0, max0, none0, keys1, member1,
+                         max1, none1, ext_row, ext_val0, ext_val1, ext_nan):
+    """:func:`walk_measures` over the groups of ``WALK_CHUNK`` matches ``g0
+    .. g1-1``, whose rows lie in the columns' piece from row ``lo``
+    (``ext_nan``: a row per group)."""
+    n = ends.shape[0]
+    for g in range(g0, g1):
+        first = g * WALK_CHUNK
+        walk_measures(classes, first, min(n, first + WALK_CHUNK), ends, codes, pre, lineage,
+                      class_shift, thread_shift, starts, lo, n_edge, edges0, edges1, edges2,
+                      edges3, at_end, edge_out, n_ext, keys0, member0, max0, none0, keys1,
+                      member1, max1, none1, ext_row, ext_val0, ext_val1, ext_nan[g])
+
+
+def walk_measures_groups_parallel(classes, g0, g1, ends, codes, pre, lineage, class_shift,
+                                  thread_shift, starts, lo, n_edge, edges0, edges1, edges2,
+                                  edges3, at_end, edge_out, n_ext, keys0, member0, max0, none0,
+                                  keys1, member1, max1, none1, ext_row, ext_val0, ext_val1,
+                                  ext_nan):
+    n = ends.shape[0]
+    for g in prange(g0, g1):
+        first = g * WALK_CHUNK
+        walk_measures(classes, first, min(n, first + WALK_CHUNK), ends, codes, pre, lineage,
+                      class_shift, thread_shift, starts, lo, n_edge, edges0, edges1, edges2,
+                      edges3, at_end, edge_out, n_ext, keys0, member0, max0, none0, keys1,
+                      member1, max1, none1, ext_row, ext_val0, ext_val1, ext_nan[g])
+
+
 def copy_all(label_offsets, begins, packed, labels, excluded):
     n = label_offsets.shape[0] - 1
     for chunk in range(begins.shape[0]):
@@ -266,17 +407,20 @@ _compiled: dict = {}
 
 
 def _cpu_kernels(parallel: bool) -> tuple:
-    """numba.njit (scan, walk, copy[, compact]), compiled on first use and
+    """numba.njit (scan, walk, copy, compact (serial only: one pass; None
+    in the parallel set), walk with measures), compiled on first use and
     cached on disk; the parallel ones run groups of partitions / chunks of
-    matches on all cores (compacting the slots is serial: one pass)."""
+    matches on all cores."""
     hit = _compiled.get(parallel)
     if hit is None:
         import numba
         jit = numba.njit(nogil=True, parallel=parallel, cache=True)
         if parallel:
-            hit = (jit(scan_partitions_parallel), jit(walk_all_parallel), jit(copy_all_parallel))
+            hit = (jit(scan_partitions_parallel), jit(walk_all_parallel), jit(copy_all_parallel),
+                   None, jit(walk_measures_groups_parallel))
         else:
-            hit = (jit(scan_partitions), jit(walk_all), jit(copy_all), jit(compact_slots))
+            hit = (jit(scan_partitions), jit(walk_all), jit(copy_all), jit(compact_slots),
+                   jit(walk_measures_groups))
         _compiled[parallel] = hit
     return hit
 
@@ -294,17 +438,10 @@ def prefers_chunks(offsets: np.ndarray) -> bool:
     return threads >= 2 and int(np.diff(offsets).max()) > n // threads
 
 
-def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
-                   compiled: bool = True) -> tuple:
-    """Every match of AFTER MATCH SKIP PAST LAST ROW and its path, from one
-    unanchored scan: ``(starts, ends exclusive, partitions, errors,
-    label_offsets, labels, excluded)``, what ``kernels.scan.run_scan`` and
-    ``run_recovery`` return together for whole partitions (no stream
-    arguments; ``errors`` holds no error, and each partition's end as the
-    row to resume at). ``tables`` is a
-    :class:`gpu_mr.pattern.dfa.UnanchoredTables`; ``compiled=False`` runs
-    the plain Python bodies."""
-    offsets = np.asarray(offsets, dtype=np.int64)
+def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool,
+          parallel: bool) -> tuple:
+    """The scan and the compacted matches: ``(ends, codes, partitions,
+    pre-states, scan_hi, kernels (serial, wide))``."""
     n = classes.shape[0]
     n_parts = offsets.shape[0] - 1
     scan_lo, scan_hi = offsets[:-1].copy(), offsets[1:].copy()
@@ -318,37 +455,217 @@ def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
     args = (classes, scan_lo, scan_hi, moves, np.int64(shift), t.end_accept,
             np.int64(t.start_first), np.int64(t.start_other), end_code, pre, out_end, out_code,
             counts)
-    parallel = bool(compiled and n >= S.PARALLEL_MIN_ROWS
+    serial = (_cpu_kernels(False) if compiled
+              else (scan_partitions, walk_all, copy_all, compact_slots, walk_measures_groups))
+    wide = _cpu_kernels(True) if parallel else serial
+    if parallel and n_parts > 1:
+        wide[0](*args, S._row_balanced_groups(scan_hi - scan_lo))
+    else:
+        serial[0](*args)
+    n_matches = int(counts.sum())
+    ends = np.empty(n_matches, dtype=np.int64)
+    codes = np.empty(n_matches, dtype=np.int32)
+    partitions = np.empty(n_matches, dtype=np.int64)
+    serial[3](counts, scan_lo, out_end, out_code, ends, codes, partitions)
+    return ends, codes, partitions, pre, scan_hi, (serial, wide)
+
+
+def _labels(classes, ends, codes, pre, tables, starts, kernels) -> tuple:
+    """The walk that writes the labels (into ``pre``) and their copy into
+    the CSR layout: ``(label_offsets, labels, excluded)``; ``starts`` is
+    filled too."""
+    serial, wide = kernels
+    begins = np.empty(-(-ends.shape[0] // WALK_CHUNK), dtype=np.int64)
+    lineage, class_shift, thread_shift = flat_lineage(tables)
+    walk = wide[1] if ends.shape[0] >= PARALLEL_MIN_MATCHES else serial[1]
+    walk(classes, ends, codes, pre, lineage, np.int64(class_shift), np.int64(thread_shift),
+         starts, begins)                                 # the labels go into pre
+    label_offsets = np.zeros(ends.shape[0] + 1, dtype=np.int64)
+    np.cumsum(ends - starts, out=label_offsets[1:])
+    total = int(label_offsets[-1])
+    labels = np.empty(total, dtype=np.int16)
+    excluded = np.empty(total, dtype=np.bool_)
+    copy = wide[2] if total >= S.PARALLEL_MIN_ROWS and begins.shape[0] > 1 else serial[2]
+    copy(label_offsets, begins, pre, labels, excluded)
+    return label_offsets, labels, excluded
+
+
+def _errors(scan_hi: np.ndarray) -> np.ndarray:
+    errors = np.zeros((scan_hi.shape[0], 3), dtype=np.int64)
+    errors[:, 2] = scan_hi
+    return errors
+
+
+def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
+                   compiled: bool = True) -> tuple:
+    """Every match of AFTER MATCH SKIP PAST LAST ROW and its path, from one
+    unanchored scan: ``(starts, ends exclusive, partitions, errors,
+    label_offsets, labels, excluded)``, what ``kernels.scan.run_scan`` and
+    ``run_recovery`` return together for whole partitions (no stream
+    arguments; ``errors`` holds no error, and each partition's end as the
+    row to resume at). ``tables`` is a
+    :class:`gpu_mr.pattern.dfa.UnanchoredTables`; ``compiled=False`` runs
+    the plain Python bodies."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    parallel = bool(compiled and classes.shape[0] >= S.PARALLEL_MIN_ROWS
                     and S._parallel_lock.acquire(blocking=False))
     try:
-        serial = (_cpu_kernels(False) if compiled
-                  else (scan_partitions, walk_all, copy_all, compact_slots))
-        wide = _cpu_kernels(True) if parallel else serial
-        if parallel and n_parts > 1:
-            wide[0](*args, S._row_balanced_groups(scan_hi - scan_lo))
-        else:
-            serial[0](*args)
-        n_matches = int(counts.sum())
-        ends = np.empty(n_matches, dtype=np.int64)
-        codes = np.empty(n_matches, dtype=np.int32)
-        partitions = np.empty(n_matches, dtype=np.int64)
-        serial[3](counts, scan_lo, out_end, out_code, ends, codes, partitions)
+        ends, codes, partitions, pre, scan_hi, kernels = _scan(classes, offsets, tables,
+                                                               compiled, parallel)
         starts = np.empty_like(ends)
-        begins = np.empty(-(-ends.shape[0] // WALK_CHUNK), dtype=np.int64)
-        lineage, class_shift, thread_shift = flat_lineage(t)
-        walk = wide[1] if ends.shape[0] >= PARALLEL_MIN_MATCHES else serial[1]
-        walk(classes, ends, codes, pre, lineage, np.int64(class_shift), np.int64(thread_shift),
-             starts, begins)                                 # the labels go into pre
-        label_offsets = np.zeros(ends.shape[0] + 1, dtype=np.int64)
-        np.cumsum(ends - starts, out=label_offsets[1:])
-        total = int(label_offsets[-1])
-        labels = np.empty(total, dtype=np.int16)
-        excluded = np.empty(total, dtype=np.bool_)
-        copy = wide[2] if total >= S.PARALLEL_MIN_ROWS and begins.shape[0] > 1 else serial[2]
-        copy(label_offsets, begins, pre, labels, excluded)
+        paths = _labels(classes, ends, codes, pre, tables, starts, kernels)
     finally:
         if parallel:
             S._parallel_lock.release()
-    errors = np.zeros((n_parts, 3), dtype=np.int64)
-    errors[:, 2] = scan_hi
-    return starts, ends, partitions, errors, label_offsets, labels, excluded
+    return (starts, ends, partitions, _errors(scan_hi)) + paths
+
+
+# Placeholders for the walk's unused columns, typed as the columns' read-only views.
+_NO_KEYS = np.zeros(1, dtype=np.float64)
+_NO_KEYS.setflags(write=False)
+_NO_WORDS = np.zeros(1, dtype=np.uint64)
+_NO_WORDS.setflags(write=False)
+
+
+def _extreme_start(dtype, want_max: bool):
+    if dtype.kind == "f":
+        return -np.inf if want_max else np.inf
+    return np.iinfo(np.int64).min if want_max else np.iinfo(np.int64).max
+
+
+class WalkColumns:
+    """What :func:`run_unanchored_measured`'s walk computes per match, and
+    the columns it reads: ``bounds`` (the columns' common chunk bounds in
+    rows, ascending from 0), ``chunks`` (per chunk, the tuple of each
+    column's values as read-only uint64 arrays), ``edges`` ((column, at
+    the match's last row) pairs), ``extremes`` ((column, float keys, MAX,
+    bool per variable id: the rows that count) tuples); see
+    :func:`walk_measures`."""
+
+    def __init__(self, bounds, chunks, edges, extremes, n_vars: int):
+        self.bounds = np.asarray(bounds, dtype=np.int64)
+        self.chunks = [tuple(c) for c in chunks]
+        self.edge_col = np.array([c for c, _ in edges], dtype=np.int64)
+        self.edge_end = np.array([e for _, e in edges], dtype=np.bool_)
+        self.ext_col = np.array([x[0] for x in extremes], dtype=np.int64)
+        self.ext_float = np.array([x[1] for x in extremes], dtype=np.bool_)
+        self.ext_max = np.array([x[2] for x in extremes], dtype=np.bool_)
+        if len(extremes) > WALK_EXTREMES or len(edges) > WALK_EDGES:
+            raise ValueError(f"at most {WALK_EDGES} edges and {WALK_EXTREMES} MIN/MAX per walk")
+        self.ext_member = np.zeros((WALK_EXTREMES, max(n_vars, 1)), dtype=np.bool_)
+        for j, x in enumerate(extremes):
+            self.ext_member[j, :len(x[3])] = x[3]
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)      # one array type with the Arrow buffers' views
+    return a
+
+
+def _pieces(ends: np.ndarray, bounds: np.ndarray, chunks: list) -> list:
+    """``(first group, end group, first row, words)`` covering every group
+    of ``WALK_CHUNK`` matches: runs of groups whose rows lie in one chunk
+    read its arrays; a group across a chunk border reads a copy of its
+    rows. A match's rows lie between the previous match's end and its own
+    (matches do not overlap, and come in row order)."""
+    m = ends.shape[0]
+    n_groups = -(-m // WALK_CHUNK)
+    if not n_groups:
+        return []
+    if not chunks:                  # no column read: one typed placeholder for numba
+        return [(0, n_groups, 0, (_read_only(np.zeros(1, np.uint64)),))]
+    last = ends[np.minimum(np.arange(1, n_groups + 1) * WALK_CHUNK, m) - 1]
+    first = np.concatenate(([bounds[0]], ends[np.arange(1, n_groups) * WALK_CHUNK - 1]))
+    c0 = np.searchsorted(bounds, first, side="right") - 1
+    c1 = np.maximum(np.searchsorted(bounds, last - 1, side="right") - 1, c0)
+    # groups of empty matches alone at the input's end read no row
+    c0, c1 = np.clip(c0, 0, len(chunks) - 1), np.clip(c1, 0, len(chunks) - 1)
+    out = []
+    g = 0
+    while g < n_groups:
+        c = int(c0[g])
+        if c1[g] != c:                              # across a border: a copy of its rows
+            lo, hi = int(first[g]), int(last[g])
+            words = []
+            for k in range(len(chunks[0])):
+                parts = [chunks[j][k][max(lo, int(bounds[j])) - int(bounds[j]):
+                                      min(hi, int(bounds[j + 1])) - int(bounds[j])]
+                         for j in range(int(c0[g]), int(c1[g]) + 1)]
+                words.append(_read_only(np.concatenate(parts)))
+            out.append((g, g + 1, lo, tuple(words)))
+            g += 1
+            continue
+        e = g + 1
+        while e < n_groups and c0[e] == c and c1[e] == c:
+            e += 1
+        out.append((g, e, int(bounds[c]), chunks[c]))
+        g = e
+    return out
+
+
+def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
+                            walk: WalkColumns, compiled: bool = True) -> tuple:
+    """:func:`run_unanchored` for ONE ROW PER MATCH: the walk computes the
+    per-match values ``walk`` asks for (:func:`walk_measures`) instead of
+    writing the labels. ``(starts, ends exclusive, partitions, errors,
+    label_offsets, paths, walked)``: ``paths()`` gives ``(labels,
+    excluded)`` on demand (a second walk, from the pre-states kept);
+    ``walked``: ``{"edges": uint64 (edges x matches), "ext_rows": int64
+    (extremes x matches), "ext_values": per extreme its values as uint64
+    words, "ext_nan": bool per extreme}``."""
+    offsets = np.asarray(offsets, dtype=np.int64)
+    parallel = bool(compiled and classes.shape[0] >= S.PARALLEL_MIN_ROWS
+                    and S._parallel_lock.acquire(blocking=False))
+    try:
+        ends, codes, partitions, pre, scan_hi, kernels = _scan(classes, offsets, tables,
+                                                               compiled, parallel)
+        m = ends.shape[0]
+        starts = np.empty_like(ends)
+        n_edge, n_ext = walk.edge_col.shape[0], walk.ext_col.shape[0]
+        edge_out = np.empty((n_edge, m), dtype=np.uint64)
+        ext_row = np.empty((n_ext, m), dtype=np.int64)
+        ext_val = [np.empty(m if x < n_ext else 1,
+                            np.float64 if x >= n_ext or walk.ext_float[x] else np.int64)
+                   for x in range(WALK_EXTREMES)]
+        n_groups = -(-m // WALK_CHUNK)
+        ext_nan = np.zeros((max(n_groups, 1), WALK_EXTREMES), dtype=np.bool_)
+        lineage, class_shift, thread_shift = flat_lineage(tables)
+        serial, wide = kernels
+        want_max = [bool(x < n_ext and walk.ext_max[x]) for x in range(WALK_EXTREMES)]
+        # a running MIN (MAX) starts from its type's largest (smallest) key
+        none = [ext_val[x].dtype.type(_extreme_start(ext_val[x].dtype, want_max[x]))
+                for x in range(WALK_EXTREMES)]
+        for g0, g1, lo, words in _pieces(ends, walk.bounds, walk.chunks):
+            edges = [words[walk.edge_col[j]] if j < n_edge else _NO_WORDS
+                     for j in range(WALK_EDGES)]
+            # each extreme's keys typed (float64 or int64)
+            keys = [words[walk.ext_col[x]].view(ext_val[x].dtype) if x < n_ext else _NO_KEYS
+                    for x in range(WALK_EXTREMES)]
+            fn = wide[4] if (g1 - g0) * WALK_CHUNK >= PARALLEL_MIN_MATCHES else serial[4]
+            fn(classes, np.int64(g0), np.int64(g1), ends, codes, pre, lineage,
+               np.int64(class_shift), np.int64(thread_shift), starts, np.int64(lo),
+               np.int64(n_edge), *edges, walk.edge_end, edge_out, np.int64(n_ext),
+               keys[0], walk.ext_member[0], want_max[0], none[0],
+               keys[1], walk.ext_member[1], want_max[1], none[1],
+               ext_row, ext_val[0], ext_val[1], ext_nan)
+    finally:
+        if parallel:
+            S._parallel_lock.release()
+    label_offsets = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(ends - starts, out=label_offsets[1:])
+
+    def paths() -> tuple:
+        # on all cores only when no other parallel launch runs (see kernels.scan)
+        wide = bool(compiled and kernels[1] is not kernels[0]
+                    and S._parallel_lock.acquire(blocking=False))
+        try:
+            got = _labels(classes, ends, codes, pre, tables, np.empty_like(ends),
+                          kernels if wide else (kernels[0], kernels[0]))
+        finally:
+            if wide:
+                S._parallel_lock.release()
+        return got[1], got[2]
+    walked = {"edges": edge_out, "ext_rows": ext_row,
+              "ext_values": [v.view(np.uint64) for v in ext_val[:n_ext]],
+              "ext_nan": ext_nan.any(axis=0)[:n_ext]}
+    return (starts, ends, partitions, _errors(scan_hi), label_offsets, paths, walked)

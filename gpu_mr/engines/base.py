@@ -8,6 +8,7 @@ backtrack): ``supports(query)`` returns None or the reason it cannot run it.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Optional, Protocol, Union
 
@@ -95,6 +96,36 @@ class MatchArrays:
                              int(self.end[i]), tuple(int(v) for v in self.labels[a:b]),
                              tuple(bool(x) for x in self.excluded[a:b])))
         return out
+
+
+class DeferredMatchArrays(MatchArrays):
+    """A :class:`MatchArrays` whose ``labels`` and ``excluded`` are computed
+    on first read, by ``paths()`` -> ``(labels, excluded)``, with
+    ``walked``: per-match measure values the engine computed while finding
+    the matches (kernels/unanchored.py ``run_unanchored_measured``; read by
+    measures.py). ONE ROW measures that need no labels never pay for them.
+    """
+
+    def __init__(self, partition, number, start, end, label_offsets, paths, walked):
+        object.__setattr__(self, "_paths", paths)
+        object.__setattr__(self, "_lock", threading.Lock())
+        object.__setattr__(self, "walked", walked)
+        super().__init__(partition, number, start, end, label_offsets, None, None)
+
+    def _got(self) -> tuple:
+        with self._lock:                # measure kernels read them from several threads
+            if self._paths is not None:
+                labels, excluded = self._paths()
+                object.__setattr__(self, "_labels", labels)
+                object.__setattr__(self, "_excluded", excluded)
+                object.__setattr__(self, "_paths", None)
+        return self._labels, self._excluded
+
+    def _set(self, value):              # the dataclass __init__'s None: computed later
+        pass
+
+    labels = property(lambda self: self._got()[0], _set)
+    excluded = property(lambda self: self._got()[1], _set)
 
 
 def as_match_arrays(matches: Union[list, MatchArrays]) -> MatchArrays:

@@ -42,7 +42,7 @@ from ..frames import SortedInput
 from ..pattern.dfa import Dfa, DfaTooLarge, UnanchoredDfa
 from ..pattern.nfa import compile_nfa
 from ..predicates import masks as M
-from .base import MatchArrays, skip_error
+from .base import DeferredMatchArrays, MatchArrays, skip_error
 from .reference import ReferenceEngine
 
 _SKIP_MODES = {"PAST_LAST_ROW": 0, "NEXT_ROW": 1, "FIRST": 2, "LAST": 3}
@@ -312,9 +312,20 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
     if query.time_limit is not None:
         from ..horizons import row_horizons
         horizon = row_horizons(query, data)
+    walked = None
     if why is None:
-        from ..kernels.unanchored import run_unanchored
-        starts, ends, partitions, errors, *paths = run_unanchored(dense, offsets, unanchored())
+        from ..kernels import unanchored as U
+        from ..measures import walk_request
+        request = walk_request(query, data)
+        if request is None:
+            starts, ends, partitions, errors, *paths = U.run_unanchored(dense, offsets,
+                                                                        unanchored())
+        else:
+            # ONE ROW measures computed in the walk, the labels only if read
+            walk = _walk_columns(request, len(query.primary_vars))
+            starts, ends, partitions, errors, label_offsets, paths, got = \
+                U.run_unanchored_measured(dense, offsets, unanchored(), walk)
+            walked = _walked(request, got)
     else:
         starts, ends, partitions, errors = run_scan(
             dense, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query),
@@ -337,10 +348,36 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
     if paths is None:
         paths = run_recovery(dense, offsets, starts, ends, partitions, tables,
                              continues=continues, horizon=horizon)
-    label_offsets, labels, excluded = paths
     resume = int(errors[-1, 2]) if len(errors) else 0
-    return (MatchArrays(partitions, numbers, starts, ends - 1, label_offsets, labels, excluded),
-            resume, "unanchored" if why is None else f"anchored: {why}")
+    if walked is not None:
+        found = DeferredMatchArrays(partitions, numbers, starts, ends - 1, label_offsets, paths,
+                                    walked)
+    else:
+        found = MatchArrays(partitions, numbers, starts, ends - 1, *paths)
+    return found, resume, "unanchored" if why is None else f"anchored: {why}"
+
+
+def _walk_columns(request: tuple, n_vars: int):
+    """measures.walk_request's answer as the walk's arguments."""
+    from ..kernels.unanchored import WalkColumns
+    bounds, chunks, edges, extremes = request
+    ext = [(c, floats, want_max,
+            [member is None or v in member for v in range(n_vars)])
+           for c, floats, want_max, member in extremes.values()]
+    return WalkColumns(bounds, chunks, list(edges.values()), ext, n_vars)
+
+
+def _walked(request: tuple, got: dict) -> dict:
+    """The walk's values keyed as measures.py looks them up: ``("edge",
+    column, at the last row)`` -> words per match; ``("extreme", column,
+    MAX, variable ids or None)`` -> (row, words) per match; none for a
+    MIN/MAX that met a NaN (Python's answer then depends on the order)."""
+    _, _, edges, extremes = request
+    out = {("edge",) + key: got["edges"][j] for j, key in enumerate(edges)}
+    for j, key in enumerate(extremes):
+        if not got["ext_nan"][j]:
+            out[("extreme",) + key] = (got["ext_rows"][j], got["ext_values"][j])
+    return out
 
 
 def _anchored_reason(query: CheckedQuery, offsets: np.ndarray, unanchored, scan_from: int,

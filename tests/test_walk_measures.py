@@ -1,0 +1,179 @@
+"""ONE ROW measures computed in the unanchored scan's backward walk.
+
+``kernels.unanchored.run_unanchored_measured`` must find the matches of
+``run_unanchored`` and, per match, the values a naive reading of its labels
+gives: a column at the match's first and last rows, and the row and value
+of MIN/MAX over the rows of some variables (the first of equal keys, as
+Python's ``min``), with NaN reported; its labels, computed on demand, must
+be ``run_unanchored``'s. Checked on random class sequences, keys and chunk
+layouts (plain bodies and compiled), past ``WALK_CHUNK`` matches with
+groups across chunk borders, and end to end against the reference engine
+(measures.py reads the walk's values; a NaN sends MIN/MAX to the usual
+path).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("numba", reason="the cpu extra (numba) is not installed")
+
+import gpu_mr  # noqa: E402
+from gpu_mr import measures  # noqa: E402
+from gpu_mr.analysis import analyze  # noqa: E402
+from gpu_mr.engines.base import DeferredMatchArrays  # noqa: E402
+from gpu_mr.engines.cpu import CpuEngine  # noqa: E402
+from gpu_mr.frames import sort_for_matching  # noqa: E402
+from gpu_mr.kernels import unanchored as U  # noqa: E402
+from gpu_mr.pattern.dfa import UnanchoredDfa  # noqa: E402
+from gpu_mr.syntax import parse_clause  # noqa: E402
+
+from test_unanchored import PATTERNS, program_of  # noqa: E402
+
+FLOATS = [0.0, -0.0, 1.5, -2.0, 7.0, float("inf"), float("-inf"), 1.5]
+INTS = [0, 3, -4, 3, np.iinfo(np.int64).max, np.iinfo(np.int64).min, 9]
+
+
+def naive(starts, ends, label_offsets, labels, column, member, want_max):
+    """Per match, (row, value word) of MIN/MAX over counted rows, as
+    Python's min/max: the first of equal keys; (-1, None) for none."""
+    out = []
+    for i in range(len(starts)):
+        best = -1
+        for e in range(label_offsets[i], label_offsets[i + 1]):
+            r = starts[i] + e - label_offsets[i]
+            if member[labels[e]]:
+                if best < 0 or (column[r] > column[best] if want_max
+                                else column[r] < column[best]):
+                    best = r
+        out.append(best)
+    return out
+
+
+def check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled):
+    program = program_of(pattern)
+    present = sorted(set(bits)) or [0]
+    dense = np.array([present.index(b) for b in bits], dtype=np.uint8)
+    n = len(bits)
+    offsets = np.array(sorted({0, n} | {min(c, n) for c in cuts}), dtype=np.int64)
+    tables = UnanchoredDfa(program).dense_tables(present)
+    want = U.run_unanchored(dense, offsets, tables, compiled=compiled)
+    starts, ends, parts, errors, label_offsets, labels, excluded = want
+    bounds = sorted({0, n} | {min(c, n) for c in chunk_cuts})
+    bounds = [b for i, b in enumerate(bounds) if i == 0 or b > bounds[i - 1]]
+    columns = [np.asarray(floats, np.float64).view(np.uint64),
+               np.asarray(ints, np.int64).view(np.uint64)]
+    chunks = [tuple(c[a:b].copy() for c in columns) for a, b in zip(bounds, bounds[1:])]
+    for chunk in chunks:
+        for a in chunk:
+            a.setflags(write=False)
+    n_vars = 3                                      # A, B, C
+    ext = [(c, c == 0, want_max, [bool(m >> v & 1) for v in range(n_vars)])
+           for c, want_max, m in extremes]
+    walk = U.WalkColumns(bounds, chunks, [(0, False), (1, True), (1, False)], ext, n_vars)
+    got = U.run_unanchored_measured(dense, offsets, tables, walk, compiled=compiled)
+    g_starts, g_ends, g_parts, g_errors, g_offsets, paths, walked = got
+    for a, b in zip((g_starts, g_ends, g_parts, g_errors, g_offsets),
+                    (starts, ends, parts, errors, label_offsets)):
+        assert a.tolist() == b.tolist()
+    assert [a.tolist() for a in paths()] == [labels.tolist(), excluded.tolist()]
+    nonempty = ends > starts
+    for j, (c, at_end) in enumerate([(0, False), (1, True), (1, False)]):
+        rows = ends - 1 if at_end else starts
+        assert (walked["edges"][j][nonempty] == columns[c][rows[nonempty]]).all()
+    for x, (c, want_max, m) in enumerate(extremes):
+        keys = np.asarray(floats if c == 0 else ints, np.float64 if c == 0 else np.int64)
+        member = ext[x][3]
+        counted = [r for i in range(len(starts)) for r in range(starts[i], ends[i])
+                   if member[labels[label_offsets[i] + r - starts[i]]]]
+        if c == 0 and np.isnan(keys[counted]).any():
+            assert walked["ext_nan"][x]
+            continue
+        assert not walked["ext_nan"][x]
+        rows = naive(starts, ends, label_offsets, labels, keys, member, want_max)
+        assert walked["ext_rows"][x].tolist() == rows
+        rows = np.array(rows, dtype=np.int64)
+        assert (walked["ext_values"][x][rows >= 0] == columns[c][rows[rows >= 0]]).all()
+    assert got[1].shape == ends.shape
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(PATTERNS), st.data(), st.booleans())
+def test_walk_gives_what_the_labels_give(pattern, data, compiled):
+    n = data.draw(st.integers(0, 40))
+    bits = data.draw(st.lists(st.integers(0, 7), min_size=n, max_size=n))
+    cuts = data.draw(st.lists(st.integers(0, 40), max_size=4))
+    chunk_cuts = data.draw(st.lists(st.integers(0, 40), max_size=3))
+    floats = data.draw(st.lists(st.sampled_from(FLOATS + [float("nan")] * data.draw(
+        st.integers(0, 1))), min_size=n, max_size=n))
+    ints = data.draw(st.lists(st.sampled_from(INTS), min_size=n, max_size=n))
+    extremes = data.draw(st.lists(st.tuples(st.integers(0, 1), st.booleans(),
+                                            st.integers(0, 7)), max_size=U.WALK_EXTREMES))
+    check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled)
+
+
+def test_groups_across_chunk_borders_and_in_parallel():
+    # Past WALK_CHUNK matches (several groups), borders inside groups and
+    # inside matches, past PARALLEL_MIN_MATCHES (the parallel driver).
+    rng = np.random.default_rng(5)
+    n = 150_000
+    bits = rng.choice([1, 2, 4, 6], n).tolist()
+    floats = rng.choice(FLOATS, n).tolist()
+    ints = rng.choice(INTS, n).tolist()
+    check("A B+ C+", bits, [n // 3, n // 2], [1000, 70_001, 70_002, 123_457], floats, ints,
+          [(0, False, 0b010), (1, True, 0b110)], True)
+
+
+def _table(n, seed, nan=False):
+    rng = np.random.default_rng(seed)
+    price = np.round(100 + np.cumsum(rng.normal(size=n)), 0)
+    if nan:
+        price[rng.integers(0, n, 3)] = np.nan
+    return pa.table({
+        "sym": pa.array(rng.integers(0, 3, n)),
+        "ts": pa.array(np.arange(n) * 1000, pa.timestamp("us")),
+        "price": price,
+        "vol": rng.integers(-3, 4, n)})
+
+
+MEASURED = """PARTITION BY sym ORDER BY ts
+    MEASURES FIRST(A.ts) AS s, LAST(C.ts) AS e, FIRST(price) AS p0, LAST(price) AS p1,
+             {extremes}, COUNT(*) AS n, MATCH_NUMBER() AS mno,
+             LAST(C.price) - FIRST(A.price) AS gain
+    ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
+    PATTERN (A B+ C+) SUBSET U = (A, C)
+    DEFINE B AS price < PREV(price), C AS price >= PREV(price)"""
+
+
+@pytest.mark.parametrize("extremes", ["MIN(B.price) AS lo, MAX(U.vol) AS hi",
+                                      "MAX(price) AS hi, MIN(C.ts) AS first_up",
+                                      "MIN(B.vol) AS lo"])
+@pytest.mark.parametrize("nan", [False, True])
+def test_engine_with_walked_measures_equals_reference(extremes, nan):
+    table = _table(3000, 1, nan)
+    clause = MEASURED.format(extremes=extremes)
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    assert measures.walk_request(query, data) is not None
+    found = CpuEngine().find_matches(query, data)
+    assert isinstance(found, DeferredMatchArrays) and found._paths is not None
+    got = measures.assemble(query, data, found)
+    assert found._paths is not None                 # the labels were never needed
+    assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
+
+
+@pytest.mark.parametrize("measure", ["CLASSIFIER() AS c", "COUNT(B.*) AS nb",
+                                     "MIN(B.price) AS a, MAX(B.price) AS b, MIN(C.price) AS c",
+                                     "LAST(B.price) AS lb"])
+def test_measures_that_read_labels_keep_the_labelled_walk(measure):
+    table = _table(500, 2)
+    clause = MEASURED.replace("{extremes}", measure)
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    assert measures.walk_request(query, data) is None
+    assert gpu_mr.match_recognize(table, clause, engine="cpu").equals(
+        gpu_mr.match_recognize(table, clause, engine="reference"))
