@@ -141,6 +141,21 @@ def timed(backend, fn, repeat: int):
     return float(np.median(times)), result
 
 
+def kernel_profile(backend, fn) -> tuple:
+    """``({kernel: {"seconds", "launches"}}, run seconds)`` of one run of
+    ``fn`` with every kernel launch timed alone (``backend.kernel_times``),
+    slowest first; the run's time beyond the kernels is array-module work
+    (sorts, scans, reductions) and the host's."""
+    with B.kernel_times() as times:
+        backend.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        backend.synchronize()
+        seconds = time.perf_counter() - t0
+    ranked = sorted(times.items(), key=lambda kv: -kv[1][0])
+    return {name: {"seconds": s, "launches": n} for name, (s, n) in ranked}, seconds
+
+
 def copy_bandwidth(backend, repeat: int) -> float:
     """Bytes/s of a large device-to-device copy (read + write counted)."""
     xp = backend.xp
@@ -265,12 +280,20 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
     source = from_device_columns(backend, SCHEMA, {n: (c, None) for n, c in columns.items()})
     engine.max_rows = rows          # try it whatever the memory estimate; it says if it declines
     out_device = stage("end_to_end", lambda: engine.run_input(query, source), 0)
+    profile = None
     if out_device is None:          # e.g. out of device memory beside the generated data
         del stages["end_to_end"]
         declined["end_to_end"] = engine._declined[1]
+    else:
+        kernels, seconds = kernel_profile(backend, lambda: engine.run_input(query, source))
+        profile = {"run_seconds": seconds, "kernels": kernels}
+        log(f"  kernels of one end-to-end run ({seconds * 1e3:.1f} ms, each launch timed "
+            "alone): " + ", ".join(f"{name} {k['seconds'] * 1e3:.1f} ms x{k['launches']}"
+                                   for name, k in list(kernels.items())[:8]))
     device_seconds = sum(stages[s]["seconds"] for s in ("order_check", "masks", "classes", "scan",
                                                        "recovery"))
     record = {"rows": rows, "partitions": partitions, "matches": int(n_matches),
+              "end_to_end_kernels": profile,
               "dfa_states": n_states, "classes": n_classes,
               "chunk_rows": args.chunk_rows or DEVICE_CHUNK_ROWS,
               "stages": stages, "device_seconds": device_seconds,

@@ -15,9 +15,11 @@ about a second); moves between host and device are explicit calls here.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import time
 from dataclasses import dataclass
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 
@@ -61,7 +63,17 @@ class Backend:
         if jobs <= 0:
             return
         block = self.threads_per_block(jobs)
-        kernel[(jobs + block - 1) // block, block](*args)
+        grid = (jobs + block - 1) // block
+        if _kernel_times is None:
+            kernel[grid, block](*args)
+            return
+        self.synchronize()              # profiling: each launch timed alone
+        start = time.perf_counter()
+        kernel[grid, block](*args)
+        self.synchronize()
+        name = getattr(getattr(kernel, "py_func", None), "__name__", type(kernel).__name__)
+        seconds, launches = _kernel_times.get(name, (0.0, 0))
+        _kernel_times[name] = (seconds + time.perf_counter() - start, launches + 1)
 
     def synchronize(self) -> None:
         if not self.simulated:
@@ -89,6 +101,22 @@ class Backend:
 
 
 _detected: Union[Backend, str, None] = None
+# {kernel name: (seconds, launches)} while kernel_times() is active, else None
+_kernel_times: Optional[dict] = None
+
+
+@contextlib.contextmanager
+def kernel_times():
+    """Time every kernel ``Backend.launch`` runs inside the block, each
+    launch synchronised alone (for benchmarks: it removes any overlap):
+    yields ``{kernel name: (seconds, launches)}``, filled as they run.
+    Array-module operations (sorts, scans, reductions) are not counted."""
+    global _kernel_times
+    saved, _kernel_times = _kernel_times, {}
+    try:
+        yield _kernel_times
+    finally:
+        _kernel_times = saved
 
 
 def simulator_requested() -> bool:

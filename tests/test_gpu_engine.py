@@ -326,3 +326,14 @@ def test_present_values_equal_bincount(n_values, n):
     words = or_into_words(values, 0, n, 1)      # the plain body, as the CPU runs it
     assert [int(w) for w in words] == [
         sum(1 << (v % 64) for v in set(values.tolist()) if v // 64 == k) for k in range(4)]
+
+
+def test_kernel_times_name_each_kernel_launched():
+    # benchmarks read where the device time goes from Backend.kernel_times
+    t = v_shape(300, 2, 1)
+    q = V.format(skip="PAST LAST ROW")
+    with B.kernel_times() as times:
+        gpu_mr.match_recognize(t, q, engine="gpu")
+    assert {"scan_chunks", "gather_chunks"} <= set(times), times
+    assert all(seconds >= 0 and launches >= 1 for seconds, launches in times.values())
+    assert B._kernel_times is None
