@@ -106,11 +106,32 @@ _kernel_times: Optional[dict] = None
 
 
 @contextlib.contextmanager
+def span(backend: "Backend", name: str):
+    """While ``kernel_times`` is active, time the block (synchronised at
+    both ends) under ``[name]``, kernels and array operations alike; else
+    nothing. The engine's stages are spans, so one profiled run says where
+    its time goes."""
+    if _kernel_times is None:
+        yield
+        return
+    backend.synchronize()
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        backend.synchronize()
+        key = f"[{name}]"
+        seconds, count = _kernel_times.get(key, (0.0, 0))
+        _kernel_times[key] = (seconds + time.perf_counter() - start, count + 1)
+
+
+@contextlib.contextmanager
 def kernel_times():
     """Time every kernel ``Backend.launch`` runs inside the block, each
-    launch synchronised alone (for benchmarks: it removes any overlap):
-    yields ``{kernel name: (seconds, launches)}``, filled as they run.
-    Array-module operations (sorts, scans, reductions) are not counted."""
+    launch synchronised alone (for benchmarks: it removes any overlap), and
+    every :func:`span`: yields ``{kernel name or [span]: (seconds, count)}``,
+    filled as they run. Array-module operations (sorts, scans, reductions)
+    count only inside spans.""" 
     global _kernel_times
     saved, _kernel_times = _kernel_times, {}
     try:

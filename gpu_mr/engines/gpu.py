@@ -244,7 +244,9 @@ class GpuEngine:
         from ..device_frames import order_on_device
         xp, n = backend.xp, source.num_rows
         _, _, device_set, dfa = self._plan_for(query, source.schema)
-        order = order_on_device(backend, source, query.partition_columns, query.order_keys)
+        span = B.span
+        with span(backend, "order"):
+            order = order_on_device(backend, source, query.partition_columns, query.order_keys)
         offsets = order.offsets
 
         gathered: dict = {}     # id(array) -> (array, in matching order): once per column
@@ -259,13 +261,15 @@ class GpuEngine:
 
         def in_order(columns: dict) -> dict:
             return {name: tuple(sorted_array(a) for a in col) for name, col in columns.items()}
-        columns = in_order(device_set.load_input(source))
-        bits, failed = device_set.evaluate(xp, columns, backend.to_device(offsets), n)
+        with span(backend, "masks"):
+            columns = in_order(device_set.load_input(source))
+            bits, failed = device_set.evaluate(xp, columns, backend.to_device(offsets), n)
         if failed:
             self._declined = (query, "sort and measures on the host: a device mask raises or "
                               "is inexact at some row")
             return None
-        prepared = classes_and_tables(backend, query, dfa, bits)
+        with span(backend, "classes"):
+            prepared = classes_and_tables(backend, query, dfa, bits)
         if isinstance(prepared, str):
             return None                 # the host path says why the reference engine runs
         classes, tables, n_states, n_classes = prepared
@@ -273,26 +277,32 @@ class GpuEngine:
         if query.time_limit is not None:    # each search's last row in time, on the device
             from ..horizons import device_row_horizons
             clock, clock_valid = (sorted_array(a) for a in source.column(query.time_column))
-            horizon = device_row_horizons(backend, query, clock, clock_valid,
-                                          source.schema.field(query.time_column).type, offsets)
-        found, _ = scan(backend, query, classes, offsets, tables, self.chunk_rows,
-                        horizon=horizon)
+            with span(backend, "horizons"):
+                horizon = device_row_horizons(backend, query, clock, clock_valid,
+                                              source.schema.field(query.time_column).type,
+                                              offsets)
+        with span(backend, "scan"):
+            found, _ = scan(backend, query, classes, offsets, tables, self.chunk_rows,
+                            horizon=horizon)
         if DMe.device_measures_need_paths(query):
-            recover(backend, classes, offsets, found, tables, horizon=horizon)
-        measure_columns = in_order({name: source.column(name)
-                                    for name in DMe.device_measure_columns(query)})
-        values = DMe.measures_on_device(backend, query, {
-            name: col + (source.schema.field(name).type,)
-            for name, col in measure_columns.items()}, found)
+            with span(backend, "recovery"):
+                recover(backend, classes, offsets, found, tables, horizon=horizon)
+        with span(backend, "measures"):
+            measure_columns = in_order({name: source.column(name)
+                                        for name in DMe.device_measure_columns(query)})
+            values = DMe.measures_on_device(backend, query, {
+                name: col + (source.schema.field(name).type,)
+                for name, col in measure_columns.items()}, found)
         if isinstance(values, str):
             self._declined = (query, f"sort and measures on the host: {values}")
             return None
         # partition columns: each match's value at its first row (floats keep
         # that row's -0.0 or 0.0, as the host output does)
-        source_rows = (found.starts if order.was_sorted
-                       else order.rows[found.starts]).astype(np.int64, copy=False)
-        arrays = [values[f.name] if f.name in values else source.take(f.name, source_rows)
-                  for f in query.output_schema]
+        with span(backend, "output"):
+            source_rows = (found.starts if order.was_sorted
+                           else order.rows[found.starts]).astype(np.int64, copy=False)
+            arrays = [values[f.name] if f.name in values else source.take(f.name, source_rows)
+                      for f in query.output_schema]
         self.last_run = RunInfo("device", "every stage on the device"
                                 + ("" if order.was_sorted else " (input sorted there)"),
                                 n_states, n_classes)
@@ -360,7 +370,8 @@ class GpuEngine:
                    else "masks on the host: a device mask raises or is inexact at some row")
         else:
             why = ""
-        prepared = classes_and_tables(backend, query, dfa, bits)
+        with B.span(backend, "classes"):
+            prepared = classes_and_tables(backend, query, dfa, bits)
         if isinstance(prepared, str):
             return prepared
         classes, tables, n_states, n_classes = prepared
@@ -518,17 +529,20 @@ def scan(backend, query: CheckedQuery, classes, offsets, tables,
     xp = backend.xp
     offsets = backend.to_host(offsets).astype(np.int64, copy=False)
     skip = query.skip
-    starts, ends, partitions, failure, resume = gpu_scan.run_scan(
-        backend, classes, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query),
-        chunk_rows or gpu_scan.DEVICE_CHUNK_ROWS, scan_from=scan_from, continues=continues,
-        open_end=open_end, end_margin=end_margin, horizon=horizon)
-    n_parts = offsets.shape[0] - 1
-    counts = xp.bincount(partitions, minlength=n_parts)
-    first_of_partition = xp.zeros(n_parts + 1, dtype=np.int64)
-    xp.cumsum(counts, out=first_of_partition[1:])
-    numbers = xp.arange(starts.shape[0], dtype=np.int64) - first_of_partition[partitions] + 1
-    if number_base:
-        numbers += (partitions == 0) * number_base
+    with B.span(backend, "scan: chunks, repair, compaction"):
+        starts, ends, partitions, failure, resume = gpu_scan.run_scan(
+            backend, classes, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query),
+            chunk_rows or gpu_scan.DEVICE_CHUNK_ROWS, scan_from=scan_from, continues=continues,
+            open_end=open_end, end_margin=end_margin, horizon=horizon)
+    with B.span(backend, "scan: numbering"):
+        n_parts = offsets.shape[0] - 1
+        counts = xp.bincount(partitions, minlength=n_parts)
+        first_of_partition = xp.zeros(n_parts + 1, dtype=np.int64)
+        xp.cumsum(counts, out=first_of_partition[1:])
+        numbers = (xp.arange(starts.shape[0], dtype=np.int64)
+                   - first_of_partition[partitions] + 1)
+        if number_base:
+            numbers += (partitions == 0) * number_base
     if failure is not None:
         code, i, p = failure
 
