@@ -5,8 +5,8 @@ What: a partition's scan cut into chunks of rows, each scanned as if a
 search started at its first row (``scan_chunk``); a pass per chunk that
 repairs it from where its predecessor's speculation left
 (``repair_speculated``) and a walk per partition over the few chunks whose
-entry that got wrong (``repair_chain``); the compaction of every chunk's kept matches
-(``gather_chunk``); and ``chunk_plan``, which cuts partitions into chunks.
+entry that got wrong (``repair_chain``); the compaction of every chunk's
+kept matches (``gather_chunk``); and ``chunk_plan``, which cuts partitions into chunks.
 The algorithm is described in kernels/gpu_scan.py's header. The bodies are
 ``register_jitable`` plain functions: kernels/gpu_scan.py compiles them into
 ``numba.cuda`` kernels, and the CPU drivers here run them over all cores
@@ -136,7 +136,7 @@ def repair_chain(p, part_first_chunk, suspects, part_first_suspect, classes, chu
                  fix_end, fix_counts, drops, dead_state, scratch_states, scratch_labels,
                  scratch_excluded, slot_part_start, slot_hi, slot_out, errors, replay_err):
     """Walk partition ``p``'s chunks in order, visiting only those whose
-    entry differs from what :func:`repair_speculated` assumed (step 3 of
+    entry differs from what :func:`repair_speculated` assumed (step 2b of
     kernels/gpu_scan.py's header). ``suspects`` (sorted) are the chunks
     whose leaving row differs from their speculation's, or whose
     speculation ended undecided; partition p's are ``suspects[
