@@ -45,6 +45,7 @@ import numpy as np
 
 from . import scan as S
 from .scan import prange, register_jitable
+from .threads import run_pieces, split_even
 
 # UnanchoredTables.match_thread's mark of an empty match (pattern/dfa.py).
 EMPTY_MATCH = -2
@@ -297,10 +298,11 @@ def copy_chunk(first, last, label_offsets, begin, packed, labels, excluded):
         dst_excluded[k] = ((v >> 15) & 1) != 0
 
 
-def compact_slots(counts, scan_lo, out_end, out_code, ends, codes, partitions):
-    """Every match in partition order: its end, code and partition, from the
-    per-partition slot ranges (``counts[p]`` slots from row ``scan_lo[p]``);
-    one pass instead of numpy's repeat / arange / gather over the matches."""
+def compact_slots(counts, scan_lo, out_end, out_code, ends, codes, partitions, numbers):
+    """Every match in partition order: its end, code, partition and number
+    (from 1 in each partition), from the per-partition slot ranges
+    (``counts[p]`` slots from row ``scan_lo[p]``); one pass instead of
+    numpy's repeat / arange / gather over the matches."""
     i = 0
     for p in range(counts.shape[0]):
         base = scan_lo[p]
@@ -308,6 +310,7 @@ def compact_slots(counts, scan_lo, out_end, out_code, ends, codes, partitions):
             ends[i] = out_end[base + k]
             codes[i] = out_code[base + k]
             partitions[i] = p
+            numbers[i] = k + 1
             i += 1
 
 
@@ -373,20 +376,6 @@ def walk_measures_groups(classes, g0, g1, ends, codes, pre, lineage, class_shift
                       member1, max1, none1, ext_row, ext_val0, ext_val1, ext_nan[g])
 
 
-def walk_measures_groups_parallel(classes, g0, g1, ends, codes, pre, lineage, class_shift,
-                                  thread_shift, starts, lo, n_edge, edges0, edges1, edges2,
-                                  edges3, at_end, edge_out, n_ext, keys0, member0, max0, none0,
-                                  keys1, member1, max1, none1, ext_row, ext_val0, ext_val1,
-                                  ext_nan):
-    n = ends.shape[0]
-    for g in prange(g0, g1):
-        first = g * WALK_CHUNK
-        walk_measures(classes, first, min(n, first + WALK_CHUNK), ends, codes, pre, lineage,
-                      class_shift, thread_shift, starts, lo, n_edge, edges0, edges1, edges2,
-                      edges3, at_end, edge_out, n_ext, keys0, member0, max0, none0, keys1,
-                      member1, max1, none1, ext_row, ext_val0, ext_val1, ext_nan[g])
-
-
 def copy_all(label_offsets, begins, packed, labels, excluded):
     n = label_offsets.shape[0] - 1
     for chunk in range(begins.shape[0]):
@@ -407,8 +396,8 @@ _compiled: dict = {}
 
 
 def _cpu_kernels(parallel: bool) -> tuple:
-    """numba.njit (scan, walk, copy, compact (serial only: one pass; None
-    in the parallel set), walk with measures), compiled on first use and
+    """numba.njit (scan, walk, copy[, compact, walk with measures: serial
+    only; the latter runs on the thread pool]), compiled on first use and
     cached on disk; the parallel ones run groups of partitions / chunks of
     matches on all cores."""
     hit = _compiled.get(parallel)
@@ -416,8 +405,7 @@ def _cpu_kernels(parallel: bool) -> tuple:
         import numba
         jit = numba.njit(nogil=True, parallel=parallel, cache=True)
         if parallel:
-            hit = (jit(scan_partitions_parallel), jit(walk_all_parallel), jit(copy_all_parallel),
-                   None, jit(walk_measures_groups_parallel))
+            hit = (jit(scan_partitions_parallel), jit(walk_all_parallel), jit(copy_all_parallel))
         else:
             hit = (jit(scan_partitions), jit(walk_all), jit(copy_all), jit(compact_slots),
                    jit(walk_measures_groups))
@@ -441,7 +429,7 @@ def prefers_chunks(offsets: np.ndarray) -> bool:
 def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool,
           parallel: bool) -> tuple:
     """The scan and the compacted matches: ``(ends, codes, partitions,
-    pre-states, scan_hi, kernels (serial, wide))``."""
+    numbers, pre-states, scan_hi, kernels (serial, wide))``."""
     n = classes.shape[0]
     n_parts = offsets.shape[0] - 1
     scan_lo, scan_hi = offsets[:-1].copy(), offsets[1:].copy()
@@ -466,8 +454,11 @@ def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool,
     ends = np.empty(n_matches, dtype=np.int64)
     codes = np.empty(n_matches, dtype=np.int32)
     partitions = np.empty(n_matches, dtype=np.int64)
-    serial[3](counts, scan_lo, out_end, out_code, ends, codes, partitions)
-    return ends, codes, partitions, pre, scan_hi, (serial, wide)
+    numbers = np.empty(n_matches, dtype=np.int64)
+    # serial: on two cores a parallel copy measured slower (the fresh output
+    # pages fault in from both threads at once)
+    serial[3](counts, scan_lo, out_end, out_code, ends, codes, partitions, numbers)
+    return ends, codes, partitions, numbers, pre, scan_hi, (serial, wide)
 
 
 def _labels(classes, ends, codes, pre, tables, starts, kernels) -> tuple:
@@ -510,8 +501,8 @@ def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
     parallel = bool(compiled and classes.shape[0] >= S.PARALLEL_MIN_ROWS
                     and S._parallel_lock.acquire(blocking=False))
     try:
-        ends, codes, partitions, pre, scan_hi, kernels = _scan(classes, offsets, tables,
-                                                               compiled, parallel)
+        ends, codes, partitions, _, pre, scan_hi, kernels = _scan(classes, offsets, tables,
+                                                                  compiled, parallel)
         starts = np.empty_like(ends)
         paths = _labels(classes, ends, codes, pre, tables, starts, kernels)
     finally:
@@ -610,15 +601,16 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     writing the labels. ``(starts, ends exclusive, partitions, errors,
     label_offsets, paths, walked)``: ``paths()`` gives ``(labels,
     excluded)`` on demand (a second walk, from the pre-states kept);
-    ``walked``: ``{"edges": uint64 (edges x matches), "ext_rows": int64
+    ``walked``: ``{"numbers": each match's number in its partition, from 1
+    (computed in passing), "edges": uint64 (edges x matches), "ext_rows": int64
     (extremes x matches), "ext_values": per extreme its values as uint64
     words, "ext_nan": bool per extreme}``."""
     offsets = np.asarray(offsets, dtype=np.int64)
     parallel = bool(compiled and classes.shape[0] >= S.PARALLEL_MIN_ROWS
                     and S._parallel_lock.acquire(blocking=False))
     try:
-        ends, codes, partitions, pre, scan_hi, kernels = _scan(classes, offsets, tables,
-                                                               compiled, parallel)
+        ends, codes, partitions, numbers, pre, scan_hi, kernels = _scan(
+            classes, offsets, tables, compiled, parallel)
         m = ends.shape[0]
         starts = np.empty_like(ends)
         n_edge, n_ext = walk.edge_col.shape[0], walk.ext_col.shape[0]
@@ -635,19 +627,28 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
         # a running MIN (MAX) starts from its type's largest (smallest) key
         none = [ext_val[x].dtype.type(_extreme_start(ext_val[x].dtype, want_max[x]))
                 for x in range(WALK_EXTREMES)]
+        pieces = []
         for g0, g1, lo, words in _pieces(ends, walk.bounds, walk.chunks):
             edges = [words[walk.edge_col[j]] if j < n_edge else _NO_WORDS
                      for j in range(WALK_EDGES)]
             # each extreme's keys typed (float64 or int64)
             keys = [words[walk.ext_col[x]].view(ext_val[x].dtype) if x < n_ext else _NO_KEYS
                     for x in range(WALK_EXTREMES)]
-            fn = wide[4] if (g1 - g0) * WALK_CHUNK >= PARALLEL_MIN_MATCHES else serial[4]
-            fn(classes, np.int64(g0), np.int64(g1), ends, codes, pre, lineage,
-               np.int64(class_shift), np.int64(thread_shift), starts, np.int64(lo),
-               np.int64(n_edge), *edges, walk.edge_end, edge_out, np.int64(n_ext),
-               keys[0], walk.ext_member[0], want_max[0], none[0],
-               keys[1], walk.ext_member[1], want_max[1], none[1],
-               ext_row, ext_val[0], ext_val[1], ext_nan)
+            pieces.append((g0, g1, lo, edges, keys))
+
+        def run(a: int, b: int) -> None:
+            """Groups ``a .. b-1``, piece by piece."""
+            for g0, g1, lo, edges, keys in pieces:
+                if max(g0, a) < min(g1, b):
+                    serial[4](classes, np.int64(max(g0, a)), np.int64(min(g1, b)), ends, codes,
+                              pre, lineage, np.int64(class_shift), np.int64(thread_shift),
+                              starts, np.int64(lo), np.int64(n_edge), *edges, walk.edge_end,
+                              edge_out, np.int64(n_ext), keys[0], walk.ext_member[0],
+                              want_max[0], none[0], keys[1], walk.ext_member[1], want_max[1],
+                              none[1], ext_row, ext_val[0], ext_val[1], ext_nan)
+        # One hand-off to the thread pool for all the pieces (the kernel drops
+        # the GIL), not a parallel launch per chunk of the columns.
+        run_pieces(run, split_even(n_groups, WALK_CHUNK * 4) if compiled else [(0, n_groups)])
     finally:
         if parallel:
             S._parallel_lock.release()
@@ -665,7 +666,7 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
             if wide:
                 S._parallel_lock.release()
         return got[1], got[2]
-    walked = {"edges": edge_out, "ext_rows": ext_row,
+    walked = {"numbers": numbers, "edges": edge_out, "ext_rows": ext_row,
               "ext_values": [v.view(np.uint64) for v in ext_val[:n_ext]],
               "ext_nan": ext_nan.any(axis=0)[:n_ext]}
     return (starts, ends, partitions, _errors(scan_hi), label_offsets, paths, walked)

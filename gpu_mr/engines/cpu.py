@@ -326,16 +326,20 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
             starts, ends, partitions, errors, label_offsets, paths, got = \
                 U.run_unanchored_measured(dense, offsets, unanchored(), walk)
             walked = _walked(request, got)
+            walked["numbers"] = got["numbers"]
     else:
         starts, ends, partitions, errors = run_scan(
             dense, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query),
             scan_from=scan_from, continues=continues, open_end=open_end, end_margin=end_margin,
             horizon=horizon)
         paths = None
-    counts = np.bincount(partitions, minlength=len(offsets) - 1)
-    first_of_partition = np.zeros(len(offsets), dtype=np.int64)
-    np.cumsum(counts, out=first_of_partition[1:])
-    numbers = np.arange(starts.shape[0], dtype=np.int64) - first_of_partition[partitions] + 1
+    if walked is not None:
+        numbers = walked.pop("numbers")          # whole partitions: no number_base
+    else:
+        counts = np.bincount(partitions, minlength=len(offsets) - 1)
+        first_of_partition = np.zeros(len(offsets), dtype=np.int64)
+        np.cumsum(counts, out=first_of_partition[1:])
+        numbers = np.arange(starts.shape[0], dtype=np.int64) - first_of_partition[partitions] + 1
     if number_base:
         numbers[partitions == 0] += number_base
     failing = np.flatnonzero(errors[:, 0])
