@@ -53,16 +53,20 @@ EMPTY_MATCH = -2
 
 def pack_moves(tables) -> tuple:
     """``(moves, shift)``: the scan's one lookup per row. ``moves[(state <<
-    shift) + class]`` = ``next << shift << 9 | restart << 8 | code``: the
-    next state's row offset in ``moves`` (the class axis padded to ``1 <<
-    shift`` columns, so that the hot loop needs no multiply), ``code`` the
-    match that ends before the row (0 none, 1 empty, 2 + its MATCH thread).
+    shift) + class]`` = ``next << shift << 24 | pre << 9 | restart << 8 |
+    code``: the next state's row offset in ``moves`` (the class axis padded
+    to ``1 << shift`` columns, so that the hot loop needs no multiply),
+    ``code`` the match that ends before the row (0 none, 1 empty, 2 + its
+    MATCH thread), ``pre`` the state the scan records before the row.
     ``restart``: the step kills the search right after its match ends
     there, so the next search starts at this very row: the move goes
     straight to that search's state after the row (when that step notes no
-    match itself), and the scan records the match without leaving its loop.
-    Only other deaths (a match that ended rows earlier, or an empty one)
-    reach state 0 and the slow path."""
+    match itself), ``pre`` is the new search's state, and the scan records
+    the match without leaving its loop. Only other deaths (a match that
+    ended rows earlier, or an empty one) reach state 0 and the slow path.
+    Why ``pre`` in the word: the loop is bound by its instructions, not by
+    its chain of lookups, and this is one shift and mask a row instead of a
+    choice between two states."""
     steps = tables.steps.astype(np.int64)
     n_states, n_classes = steps.shape
     shift = max(0, int(n_classes - 1).bit_length())
@@ -74,25 +78,30 @@ def pack_moves(tables) -> tuple:
     restart = (nxt == 0) & (code >= 2) & ((fresh & 1) == 0)[None, :]
     restart[0] = False                                   # the dead state is never stepped
     nxt = np.where(restart, (fresh >> 1)[None, :], nxt)
-    move = (nxt << shift) << 9 | restart.astype(np.int64) << 8 | code   # code < 256: MAX_THREADS
-    dtype = np.int32 if int(move.max()) < 2 ** 31 else np.int64
-    moves = np.zeros((n_states, 1 << shift), dtype=dtype)
+    pre = np.where(restart, tables.start_other, np.arange(n_states)[:, None])
+    assert n_states <= PRE_MASK + 1                      # the DFA's cap is far below
+    move = ((nxt << shift) << 24 | pre << 9 | restart.astype(np.int64) << 8
+            | code)                                      # code < 256: MAX_THREADS
+    moves = np.zeros((n_states, 1 << shift), dtype=np.int64)
     moves[:, :n_classes] = move
     return moves.ravel(), shift
 
 
+# The pre-state's bits in a move word (states above it: int32 pre-states).
+PRE_MASK = 0x7FFF
+
+
 @register_jitable
 def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start_other,
-                   end_code, pre, out_end, out_code, out_base):
+                   end_code, pre, out, out_base):
     """Scan rows ``lo .. hi-1`` (a whole partition) with :func:`pack_moves`'
     table: ``pre[q]`` = the state before row ``q``; each match's end
-    (exclusive) and code at slots ``out_base, out_base+1, ...`` of
-    ``out_end`` / ``out_code``; return how many."""
+    (exclusive) and code as ``end << 8 | code`` at slots ``out_base,
+    out_base+1, ...`` of ``out``; return how many."""
     n_out = 0
     q = lo
     off = start_first << shift
-    best = -1
-    code = 0
+    found = np.int64(-256)              # end << 8 | code of the match so far: none (-1, 0)
     while q < hi:
         while q < hi:
             m = moves[np.uint64(off + classes[q])]    # unsigned: no wraparound on the chain
@@ -102,30 +111,27 @@ def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start
             # restarts at its end (as often) are data the CPU cannot predict,
             # so each choice is arithmetic (numba compiles `a if c else b`
             # here to a branch, which cost a tenth of the scan's time).
-            ended = np.int64(c != 0)
-            best += ended * (q - best)
-            code += ended * (c - code)
-            state = off >> shift
-            pre[q] = state + restart * (start_other - state)
-            out_end[out_base + n_out] = best          # kept only when n_out moves on
-            out_code[out_base + n_out] = code
+            found += np.int64(c != 0) * ((q << 8 | c) - found)
+            pre[q] = (m >> 9) & PRE_MASK
+            out[out_base + n_out] = found             # kept only when n_out moves on
             n_out += restart
-            best += restart * (-1 - best)
-            off = m >> 9
+            found += restart * (-256 - found)
+            off = m >> 24
             q += 1
             if off == 0:                 # rare: the search died, its match ended earlier
                 break
+        best = found >> 8
+        code = found & 0xFF
         if off != 0 and end_accept[off >> shift]:     # q == hi, alive
             best = hi
             code = end_code[off >> shift]
         if best < 0:
             break                        # at the end, no match since the last one
-        out_end[out_base + n_out] = best
-        out_code[out_base + n_out] = code
+        out[out_base + n_out] = best << 8 | code
         n_out += 1
         q = best + 1 if code == 1 else best
         off = start_other << shift       # q > lo: a match at lo ends past lo or is empty
-        best = -1
+        found = np.int64(-256)
     return n_out
 
 
@@ -298,17 +304,18 @@ def copy_chunk(first, last, label_offsets, begin, packed, labels, excluded):
         dst_excluded[k] = ((v >> 15) & 1) != 0
 
 
-def compact_slots(counts, scan_lo, out_end, out_code, ends, codes, partitions, numbers):
+def compact_slots(counts, scan_lo, out, ends, codes, partitions, numbers):
     """Every match in partition order: its end, code, partition and number
     (from 1 in each partition), from the per-partition slot ranges
-    (``counts[p]`` slots from row ``scan_lo[p]``); one pass instead of
-    numpy's repeat / arange / gather over the matches."""
+    (``counts[p]`` slots from row ``scan_lo[p]``, ``end << 8 | code``); one
+    pass instead of numpy's repeat / arange / gather over the matches."""
     i = 0
     for p in range(counts.shape[0]):
         base = scan_lo[p]
         for k in range(counts[p]):
-            ends[i] = out_end[base + k]
-            codes[i] = out_code[base + k]
+            found = out[base + k]
+            ends[i] = found >> 8
+            codes[i] = found & 0xFF
             partitions[i] = p
             numbers[i] = k + 1
             i += 1
@@ -318,22 +325,21 @@ def compact_slots(counts, scan_lo, out_end, out_code, ends, codes, partitions, n
 # each: numba's disk cache keys on the function, not its flags).
 
 def scan_partitions(classes, scan_lo, scan_hi, moves, shift, end_accept, start_first,
-                    start_other, end_code, pre, out_end, out_code, counts):
+                    start_other, end_code, pre, out, counts):
     for p in range(scan_lo.shape[0]):
         counts[p] = scan_partition(classes, scan_lo[p], scan_hi[p], moves, shift, end_accept,
-                                   start_first, start_other, end_code, pre, out_end, out_code,
-                                   scan_lo[p])
+                                   start_first, start_other, end_code, pre, out, scan_lo[p])
 
 
 def scan_partitions_parallel(classes, scan_lo, scan_hi, moves, shift, end_accept, start_first,
-                             start_other, end_code, pre, out_end, out_code, counts, groups):
+                             start_other, end_code, pre, out, counts, groups):
     """One thread per group of consecutive partitions (``groups[g] ..
     groups[g+1]``, about equal in rows)."""
     for g in prange(groups.shape[0] - 1):
         for p in range(groups[g], groups[g + 1]):
             counts[p] = scan_partition(classes, scan_lo[p], scan_hi[p], moves, shift,
                                        end_accept, start_first, start_other, end_code, pre,
-                                       out_end, out_code, scan_lo[p])
+                                       out, scan_lo[p])
 
 
 # Matches per call of the walk and copy bodies: enough to amortise the call.
@@ -437,12 +443,10 @@ def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool,
     moves, shift = pack_moves(t)
     end_code = np.where(t.end_thread >= 0, t.end_thread + 2, 0).astype(np.int32)
     pre = np.empty(n, dtype=np.int16 if t.n_states <= np.iinfo(np.int16).max else np.int32)
-    out_end = np.empty(n, dtype=np.int64)
-    out_code = np.empty(n, dtype=np.int32)
+    out = np.empty(n, dtype=np.int64)
     counts = np.zeros(n_parts, dtype=np.int64)
     args = (classes, scan_lo, scan_hi, moves, np.int64(shift), t.end_accept,
-            np.int64(t.start_first), np.int64(t.start_other), end_code, pre, out_end, out_code,
-            counts)
+            np.int64(t.start_first), np.int64(t.start_other), end_code, pre, out, counts)
     serial = (_cpu_kernels(False) if compiled
               else (scan_partitions, walk_all, copy_all, compact_slots, walk_measures_groups))
     wide = _cpu_kernels(True) if parallel else serial
@@ -457,7 +461,7 @@ def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool,
     numbers = np.empty(n_matches, dtype=np.int64)
     # serial: on two cores a parallel copy measured slower (the fresh output
     # pages fault in from both threads at once)
-    serial[3](counts, scan_lo, out_end, out_code, ends, codes, partitions, numbers)
+    serial[3](counts, scan_lo, out, ends, codes, partitions, numbers)
     return ends, codes, partitions, numbers, pre, scan_hi, (serial, wide)
 
 
