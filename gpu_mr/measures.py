@@ -1106,20 +1106,20 @@ class _Vectors:
         got = self._cache.get(key)
         if got is None:
             ma = self.ma
-            first, last = ma.label_offsets[:-1], ma.label_offsets[1:] - 1
+            first = ma.label_offsets[:-1]
             if ids is None or self._at_edge(ids, kind, k):
                 if as_rows:
                     edge = ma.start if kind == "FIRST" else ma.end
                 else:
-                    edge = first if kind == "FIRST" else last
+                    edge = first if kind == "FIRST" else ma.label_offsets[1:] - 1
                 if k == 0 and self._none_empty():
                     got = edge                  # no copy: every match has a first row
                 else:
                     got = np.where(self._lengths() > k, edge + k if kind == "FIRST"
                                    else edge - k, -1)
             else:
-                got = find_members(self._member(ids), ma.labels, first, last, k,
-                                   kind == "LAST", row_of_lo=ma.start if as_rows else None)
+                got = find_members(self._member(ids), ma.labels, first, ma.label_offsets[1:] - 1,
+                                   k, kind == "LAST", row_of_lo=ma.start if as_rows else None)
             self._cache[key] = got
         return got
 
