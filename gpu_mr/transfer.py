@@ -10,7 +10,7 @@ brings chunk k+1 into a free buffer while host threads empty chunk k into
 the result, and a buffer is emptied only after the event recorded behind
 its receive has completed. An array is cut into chunks of at most a ring
 buffer, and into at least four where they stay above 1 MiB, so that
-mid-sized arrays overlap too; arrays under 1 MiB take one plain copy.
+mid-sized arrays overlap too; arrays under 8 MiB take one plain copy.
 
 Why: a copy from pageable memory is staged by the driver through a small
 pinned buffer of its own, one chunk at a time with no overlap, and reaches
@@ -46,7 +46,9 @@ from .kernels.threads import run_pieces, thread_count
 CHUNK_BYTES = 64 << 20
 # Arrays from this size on go through the ring: on an H100 machine a copy
 # from or to pageable memory ran at 3-5 GB/s, one from pinned memory at 55.
-STAGED_MIN_BYTES = 1 << 20
+# Below it the plain copy's milliseconds are not worth pinning the ring's
+# buffers (192 MiB, once per process) for.
+STAGED_MIN_BYTES = 8 << 20
 # The smallest chunk: each copy's fixed cost stays a small share of it.
 MIN_CHUNK_BYTES = 1 << 20
 # Buffers in the ring: one filling, one sending, one spare so that a fill
