@@ -312,7 +312,7 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
     if query.time_limit is not None:
         from ..horizons import row_horizons
         horizon = row_horizons(query, data)
-    walked = None
+    walked = numbers = None
     if why is None:
         from ..kernels import unanchored as U
         from ..measures import walk_request
@@ -326,16 +326,14 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
             starts, ends, partitions, errors, label_offsets, paths, got = \
                 U.run_unanchored_measured(dense, offsets, unanchored(), walk)
             walked = _walked(request, got)
-            walked["numbers"] = got["numbers"]
+            numbers = got["numbers"]             # whole partitions: no number_base
     else:
         starts, ends, partitions, errors = run_scan(
             dense, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query),
             scan_from=scan_from, continues=continues, open_end=open_end, end_margin=end_margin,
             horizon=horizon)
         paths = None
-    if walked is not None:
-        numbers = walked.pop("numbers")          # whole partitions: no number_base
-    else:
+    if numbers is None:
         counts = np.bincount(partitions, minlength=len(offsets) - 1)
         first_of_partition = np.zeros(len(offsets), dtype=np.int64)
         np.cumsum(counts, out=first_of_partition[1:])
