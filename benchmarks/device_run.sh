@@ -21,8 +21,9 @@ shift 2 || true
 export PYTHONUNBUFFERED=1 NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0
 
 if compgen -G ".whl/*.whl" >/dev/null; then
+    SITE="$(mktemp -d)"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-        --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+        --target "$SITE" .whl/*.whl && export PYTHONPATH="$SITE"
 fi
 # kernels/ installs as gpu_mr.kernels; on the device the tree is used as it is.
 [[ -e gpu_mr/kernels ]] || ln -s ../kernels gpu_mr/kernels
