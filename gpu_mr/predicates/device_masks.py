@@ -1144,7 +1144,11 @@ def _generate_value(expr: A.Expr, var: Optional[str], forms: dict,
         raise _Decline(f"an argument of type {v.kind}")
     if v.ok == "FALSE" or v.const is not None:
         raise _Decline(f"{expr.to_sql()} is constant")
-    parts = [v.v] + ([v.ok] if v.ok is not None else []) + ([v.err] if v.err else [])
+    if v.err == "TRUE":
+        raise _Decline(f"{expr.to_sql()} raises at every row")
+    err = None if v.err in (None, "FALSE") else v.err
+    ok = None if v.ok in (None, "TRUE") else v.ok
+    parts = [v.v] + ([ok] if ok is not None else []) + ([err] if err is not None else [])
     ret = ", ".join(parts)
     lines, used = _live(fn.lines, ret)
     params = tuple((name, recipe) for name, recipe in fn.params.items() if name in used)
@@ -1152,7 +1156,7 @@ def _generate_value(expr: A.Expr, var: Optional[str], forms: dict,
     source = (f"# gpu_mr device value: {_comment(expr.to_sql())}\n\n"
               f"def value({', '.join(name for name, _ in params)}):\n    {fn.doc!r}\n{body}\n"
               f"    return {ret}\n")
-    return _ValueProgram(source, params, v.ok is not None, bool(v.err),
+    return _ValueProgram(source, params, ok is not None, err is not None,
                          not (gen.double_mul and gen.double_add))
 
 
@@ -1195,10 +1199,13 @@ class DeviceValue:
         out = out if isinstance(out, tuple) else (out,)
         values = out[0]
         valid = out[1] if prog.has_valid else None
-        if prog.has_errors and bool(out[-1].any()):
+        if prog.has_errors and bool(xp.asarray(out[-1]).any()):
             return None
-        if getattr(values, "shape", ()) != (int(n_rows),):
-            return None
+        n = int(n_rows)
+        if getattr(values, "shape", ()) != (n,):        # folded to a scalar
+            values = xp.zeros(n, dtype=xp.asarray(values).dtype) + values
+        if valid is not None and getattr(valid, "shape", ()) != (n,):
+            valid = xp.zeros(n, dtype=np.bool_) | valid
         return values, valid
 
 
