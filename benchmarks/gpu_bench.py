@@ -275,7 +275,7 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
                     n_matches * 8 * 5 + matched_rows * 3)
     # At 1e9 rows the stages' outputs beside the columns leave too little
     # device memory for the engine's own run of the same pipeline.
-    del order, bits, classes, found, per_match
+    order = bits = classes = found = per_match = None
     backend.release_memory()
     source = from_device_columns(backend, SCHEMA, {n: (c, None) for n, c in columns.items()})
     engine.max_rows = rows          # try it whatever the memory estimate; it says if it declines
