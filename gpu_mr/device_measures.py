@@ -16,11 +16,11 @@ where they become Arrow arrays. The subset:
   constant offset, RUNNING or FINAL (in ONE ROW both are the match's end);
 - ``COUNT(*)``, ``COUNT(X.*)``, ``COUNT(X.col)``, ``SUM``/``AVG``/``MIN``/
   ``MAX(X.col)`` and their forms over every row of the match;
-- ``COUNT``/``SUM``/``AVG`` of a row expression (``SUM(A.price *
-  A.volume)``): the argument computed at every row on the device by the
-  DEFINE masks' templates (predicates/device_masks.py: ``DeviceValue``),
-  then aggregated as a column is; a row where it raises sends the measure
-  to the host, which gives the error;
+- ``COUNT``/``SUM``/``AVG``/``MIN``/``MAX`` of a row expression
+  (``SUM(A.price * A.volume)``): the argument computed at every row on the
+  device by the DEFINE masks' templates (predicates/device_masks.py:
+  ``DeviceValue``), then aggregated as a column is; a row where it raises
+  sends the measure to the host, which gives the error;
 
 - an expression over the above (``LAST(UP.price) - FIRST(A.price)``, CASE,
   casts): the leaves per match on the device, the expression around them
@@ -28,9 +28,10 @@ where they become Arrow arrays. The subset:
 
 over integer, floating point (32 and 64 bit), boolean, date, timestamp and
 duration columns (COUNT of a column reads only its validity, so any type).
-Anything else (PREV/NEXT, strings, DISTINCT, MIN/MAX of an expression,
-...) is declined by :func:`device_measures_reason`, and data that would
-make the device's value differ from the host's (a BIGINT SUM leaving its
+Anything else (PREV/NEXT, strings, DISTINCT, an aggregate over an
+expression of other types, ...) is declined by
+:func:`device_measures_reason`, and data that would make the device's
+value differ from the host's (a BIGINT SUM leaving its
 range, NaN under SUM/AVG/MIN/MAX, a cast Arrow refuses) by
 :func:`measures_on_device` returning a reason: the caller then runs the
 host's ``measures.assemble``.
@@ -190,21 +191,23 @@ def _form(query: CheckedQuery, e: A.Expr, edges: tuple) -> Union[tuple, str]:
 
 
 def _argument_form(query: CheckedQuery, e: A.Aggregate, ids) -> Union[tuple, str]:
-    """The form of COUNT/SUM/AVG over a row expression (``SUM(A.price *
+    """The form of COUNT/SUM/AVG/MIN/MAX over a row expression (``SUM(A.price *
     A.volume)``): the argument computed at every row on the device by the
     DEFINE masks' templates (predicates/device_masks.py), then aggregated
     as a column is; the column slot holds ``("expr", argument, variable)``."""
     from .predicates.device_masks import compile_device_value
     arg = e.args[0]
-    if e.name not in ("COUNT", "SUM", "AVG"):
-        return f"{e.to_sql()}: {e.name} of an expression is not computed on the device"
     if arg.type is None or arg.type.kind not in ("BIGINT", "DOUBLE"):
         return f"{e.to_sql()}: the device aggregates integer and floating point expressions only"
     value = compile_device_value(arg, e.var, query.input_schema)
     if isinstance(value, str):
         return f"{e.to_sql()}: {value}"
     column = ("expr", arg, e.var)
-    return ("count", ids, column) if e.name == "COUNT" else (e.name, ids, column)
+    if e.name == "COUNT":
+        return ("count", ids, column)
+    if e.name in ("MIN", "MAX"):
+        return (e.name, ids, column, arg.type.arrow())
+    return (e.name, ids, column)
 
 
 # (query, its forms) of the last query seen: explain(), the engine's check
@@ -410,11 +413,14 @@ class _Run:
 
     # ---- values at rows
 
-    def gather(self, column: str, rows, target: pa.DataType):
+    def gather(self, column, rows, target: pa.DataType):
         """The column's values at ``rows`` (device, -1: NULL) as an Arrow
         array of ``target``, cast as the host's gather casts; a reason where
-        Arrow refuses the cast (the interpreter decides then)."""
-        col = self.columns[column]
+        Arrow refuses the cast (the interpreter decides then). ``column``:
+        a name, or an aggregate's argument as :meth:`column` takes it."""
+        col = self.column(column)
+        if isinstance(col, str):
+            return col
         xp = self.xp
         has = rows >= 0
         at = xp.where(has, rows, 0)

@@ -114,8 +114,8 @@ def measure_lists(draw, names: list):
         x, y = (draw(st.sampled_from(NUMBERS)) for _ in range(2))
         op = draw(st.sampled_from(["+", "-", "*", "/"]))
         tail = draw(st.sampled_from(["", " + 2", " * 0.5", " - 1"]))
-        return (f"{draw(sem)}{draw(st.sampled_from(['SUM', 'AVG', 'COUNT']))}"
-                f"({q}{x} {op} {q}{y}{tail})")
+        agg = draw(st.sampled_from(['SUM', 'AVG', 'COUNT', 'MIN', 'MAX']))
+        return f"{draw(sem)}{agg}({q}{x} {op} {q}{y}{tail})"
     forms = [
         lambda: "MATCH_NUMBER()",
         classifier,
@@ -353,6 +353,7 @@ def reason_of(measures: str, rows: str = "") -> str:
     "x + 1", "CASE WHEN x > 1 THEN 1 ELSE 0 END", "SUM(x) + 1", "LAST(B.y) - FIRST(x)",
     # aggregates over a row expression: the argument at every row on the device
     "SUM(x * 2) + 1", "SUM(B.x * B.y) / SUM(B.x)", "AVG(y - k)", "COUNT(B.y / 2)",
+    "MIN(x * 2)", "MAX(B.y - B.k)",
 ])
 def test_reason_accepts(measure):
     assert reason_of(f"{measure} AS m") is None
@@ -362,7 +363,7 @@ def test_reason_accepts(measure):
     ("PREV(x) + 1", "PREV"), ("PREV(x)", "PREV"), ("NEXT(B.x)", "NEXT"),
     ("CASE WHEN PREV(x) > 1 THEN 1 ELSE 0 END", "CASE"), ("s", "type"), ("MIN(s)", "order"),
     ("COUNT(DISTINCT x)", "DISTINCT"), ("PREV(LAST(B.x), 1)", "PREV"),
-    ("LAST(B.s)", "type"), ("MAX_BY(x, y)", "MAX_BY"), ("MIN(x * 2)", "MIN of an"),
+    ("LAST(B.s)", "type"), ("MAX_BY(x, y)", "MAX_BY"), ("MIN(x > 1)", "integer and"),
     ("COUNT(x > 1)", "integer and floating"), ("SUM(y * MATCH_NUMBER())", "MATCH_NUMBER"),
 ])
 def test_reason_declines(measure, why):
