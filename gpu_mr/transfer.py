@@ -104,6 +104,16 @@ _rings: dict = {}      # id of the ops' device -> the pinned buffers, allocated 
 _ring_lock = threading.Lock()
 
 
+def _ring(ops) -> list:
+    """The pinned staging buffers for ``ops``' kind of device (allocated on
+    first use; the caller holds ``_ring_lock``)."""
+    key = id(type(ops))
+    ring = _rings.get(key)
+    if ring is None:
+        ring = _rings[key] = [ops.pinned(CHUNK_BYTES) for _ in range(RING)]
+    return ring
+
+
 def to_device_staged(backend, array: np.ndarray, ops=None):
     """``array`` as a device array of the same dtype and shape, sent through
     pinned staging buffers (see the module docstring). Under the simulator,
@@ -117,10 +127,7 @@ def to_device_staged(backend, array: np.ndarray, ops=None):
     out = ops.empty(src.size)
     chunk = chunk_bytes(src.size)
     with _ring_lock:
-        key = id(type(ops))
-        ring = _rings.get(key)
-        if ring is None:
-            ring = _rings[key] = [ops.pinned(CHUNK_BYTES) for _ in range(RING)]
+        ring = _ring(ops)
         pending = [None] * len(ring)           # the event behind each buffer's last send
         for k, lo in enumerate(range(0, src.size, chunk)):
             hi = min(lo + chunk, src.size)
@@ -149,10 +156,7 @@ def to_host_staged(backend, array, ops=None) -> np.ndarray:
     chunk = chunk_bytes(src.size)
     bounds = [(lo, min(lo + chunk, src.size)) for lo in range(0, src.size, chunk)]
     with _ring_lock:
-        key = id(type(ops))
-        ring = _rings.get(key)
-        if ring is None:
-            ring = _rings[key] = [ops.pinned(CHUNK_BYTES) for _ in range(RING)]
+        ring = _ring(ops)
         ops.after_current_stream()
         pending = []                          # (event, buffer, lo, hi) in flight, in order
         for k, (lo, hi) in enumerate(bounds):

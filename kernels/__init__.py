@@ -27,3 +27,19 @@ def restore_numpy_names_numba_cuda_reads() -> None:
 
 restore_numpy_names_numba_cuda_reads()
 
+
+def compiled_once(build):
+    """``build`` (a function returning ``{name: kernel}``) called on first
+    use and its result kept: the device kernels' modules wrap their
+    builders in it, so that importing one compiles nothing and numba.cuda
+    compiles each kernel on its first launch."""
+    built: dict = {}
+
+    def kernels() -> dict:
+        if not built:
+            built.update(build())
+        return built
+    kernels.__doc__ = build.__doc__
+    kernels.__name__ = build.__name__
+    return kernels
+

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-_compiled: dict = {}
+from . import compiled_once
 
 
 def horizon_at(s, values, valid, last, offsets):
@@ -47,13 +47,9 @@ def horizon_at(s, values, valid, last, offsets):
     return a
 
 
+@compiled_once
 def kernels():
-    if not _compiled:
-        _compiled.update(_build())
-    return _compiled
-
-
-def _build():
+    """The kernels by name (numba.cuda compiles each on its first launch)."""
     # module-global ``cuda``: the simulator swaps in its own (see gpu_scan.py)
     at = cuda.jit(device=True)(horizon_at)
 

@@ -33,10 +33,10 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from . import compiled_once
 from .segmented import (COMPENSATED_SUM, find_member, segment_arg_extreme, segment_count,
                         segment_sum_float, segment_sum_int)
 
-_compiled: dict = {}
 
 # The bodies as device functions: module globals read by the kernels, as
 # ``cuda`` is (the simulator swaps its own thread-aware ``cuda`` module into
@@ -49,14 +49,9 @@ _extreme = cuda.jit(device=True)(segment_arg_extreme)
 _find = cuda.jit(device=True)(find_member)
 
 
+@compiled_once
 def kernels():
     """The kernels by name (numba.cuda compiles each on its first launch)."""
-    if not _compiled:
-        _compiled.update(_build())
-    return _compiled
-
-
-def _build():
     @cuda.jit
     def count_matches(valid, has_valid, member, labels, starts, offsets, out):
         i = cuda.grid(1)

@@ -21,11 +21,10 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from . import compiled_once
 from .scan import register_jitable
 
 MAX_ARRAYS = 4
-
-_compiled: dict = {}
 
 
 @register_jitable
@@ -61,13 +60,9 @@ def pair_order(i, n_arrays, a0, a1, a2, a3):
     return n_arrays, False
 
 
+@compiled_once
 def kernels():
-    if not _compiled:
-        _compiled.update(_build())
-    return _compiled
-
-
-def _build():
+    """The kernels by name (numba.cuda compiles each on its first launch)."""
     # module-global ``cuda``: the simulator swaps in its own (see gpu_scan.py)
     order = cuda.jit(device=True)(pair_order)
 

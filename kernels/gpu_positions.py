@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
-_compiled: dict = {}
+from . import compiled_once
 
 
 # Rows per block of the two-level search: each block's first and last rows'
@@ -41,13 +41,9 @@ def partition_of(r, offsets, lo, hi):
     return lo
 
 
+@compiled_once
 def kernels():
-    if not _compiled:
-        _compiled.update(_build())
-    return _compiled
-
-
-def _build():
+    """The kernels by name (numba.cuda compiles each on its first launch)."""
     # module-global ``cuda``: the simulator swaps in its own (see gpu_scan.py)
     find = cuda.jit(device=True)(partition_of)
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from . import compiled_once
+
 # Threads of the grid-stride loop on a device: enough to fill any H100-class
 # GPU, few enough that their words reduce in a blink.
 THREADS = 1 << 20
-
-_compiled: dict = {}
 
 
 def or_into_words(values, lo, hi, step):
@@ -47,13 +47,9 @@ def or_into_words(values, lo, hi, step):
     return w0, w1, w2, w3
 
 
+@compiled_once
 def kernels():
-    if not _compiled:
-        _compiled.update(_build())
-    return _compiled
-
-
-def _build():
+    """The kernels by name (numba.cuda compiles each on its first launch)."""
     # module-global ``cuda``: the simulator swaps in its own (see gpu_scan.py)
     body = cuda.jit(device=True)(or_into_words)
 

@@ -63,11 +63,11 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda
 
+from . import compiled_once
 from .chunks import (gather_chunk, recover_match, repair_chain, repair_speculated, scan_chunk,
                      scan_in_chunks)
 from .scan import horizon_args, scan_ranges
 
-_compiled: dict = {}
 
 # Rows per speculative chunk on a device: enough threads for any H100-class
 # GPU at 1e8 rows and more, while each thread's run stays long enough that a
@@ -75,14 +75,9 @@ _compiled: dict = {}
 DEVICE_CHUNK_ROWS = 1024
 
 
+@compiled_once
 def kernels():
     """The kernels (numba.cuda compiles each on its first launch)."""
-    if not _compiled:
-        _compiled.update(_build())
-    return _compiled
-
-
-def _build():
     # The kernels read the module global ``cuda``: the simulator swaps it in a
     # kernel's globals for its own thread-aware module, which a closure
     # variable would hide.
