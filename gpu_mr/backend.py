@@ -71,9 +71,8 @@ class Backend:
         start = time.perf_counter()
         kernel[grid, block](*args)
         self.synchronize()
-        name = getattr(getattr(kernel, "py_func", None), "__name__", type(kernel).__name__)
-        seconds, launches = _kernel_times.get(name, (0.0, 0))
-        _kernel_times[name] = (seconds + time.perf_counter() - start, launches + 1)
+        _record(getattr(getattr(kernel, "py_func", None), "__name__", type(kernel).__name__),
+                time.perf_counter() - start)
 
     def synchronize(self) -> None:
         if not self.simulated:
@@ -120,9 +119,12 @@ def span(backend: "Backend", name: str):
         yield
     finally:
         backend.synchronize()
-        key = f"[{name}]"
-        seconds, count = _kernel_times.get(key, (0.0, 0))
-        _kernel_times[key] = (seconds + time.perf_counter() - start, count + 1)
+        _record(f"[{name}]", time.perf_counter() - start)
+
+
+def _record(key: str, seconds: float) -> None:
+    total, count = _kernel_times.get(key, (0.0, 0))
+    _kernel_times[key] = (total + seconds, count + 1)
 
 
 @contextlib.contextmanager
@@ -131,7 +133,7 @@ def kernel_times():
     launch synchronised alone (for benchmarks: it removes any overlap), and
     every :func:`span`: yields ``{kernel name or [span]: (seconds, count)}``,
     filled as they run. Array-module operations (sorts, scans, reductions)
-    count only inside spans.""" 
+    count only inside spans."""
     global _kernel_times
     saved, _kernel_times = _kernel_times, {}
     try:

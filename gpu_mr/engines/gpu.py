@@ -244,8 +244,7 @@ class GpuEngine:
         from ..device_frames import order_on_device
         xp, n = backend.xp, source.num_rows
         _, _, device_set, dfa = self._plan_for(query, source.schema)
-        span = B.span
-        with span(backend, "order"):
+        with B.span(backend, "order"):
             order = order_on_device(backend, source, query.partition_columns, query.order_keys)
         offsets = order.offsets
 
@@ -261,14 +260,14 @@ class GpuEngine:
 
         def in_order(columns: dict) -> dict:
             return {name: tuple(sorted_array(a) for a in col) for name, col in columns.items()}
-        with span(backend, "masks"):
+        with B.span(backend, "masks"):
             columns = in_order(device_set.load_input(source))
             bits, failed = device_set.evaluate(xp, columns, backend.to_device(offsets), n)
         if failed:
             self._declined = (query, "sort and measures on the host: a device mask raises or "
                               "is inexact at some row")
             return None
-        with span(backend, "classes"):
+        with B.span(backend, "classes"):
             prepared = classes_and_tables(backend, query, dfa, bits)
         if isinstance(prepared, str):
             return None                 # the host path says why the reference engine runs
@@ -277,17 +276,17 @@ class GpuEngine:
         if query.time_limit is not None:    # each search's last row in time, on the device
             from ..horizons import device_row_horizons
             clock, clock_valid = (sorted_array(a) for a in source.column(query.time_column))
-            with span(backend, "horizons"):
+            with B.span(backend, "horizons"):
                 horizon = device_row_horizons(backend, query, clock, clock_valid,
                                               source.schema.field(query.time_column).type,
                                               offsets)
-        with span(backend, "scan"):
+        with B.span(backend, "scan"):
             found, _ = scan(backend, query, classes, offsets, tables, self.chunk_rows,
                             horizon=horizon)
         if DMe.device_measures_need_paths(query):
-            with span(backend, "recovery"):
+            with B.span(backend, "recovery"):
                 recover(backend, classes, offsets, found, tables, horizon=horizon)
-        with span(backend, "measures"):
+        with B.span(backend, "measures"):
             measure_columns = in_order({name: source.column(name)
                                         for name in DMe.device_measure_columns(query)})
             values = DMe.measures_on_device(backend, query, {
@@ -298,7 +297,7 @@ class GpuEngine:
             return None
         # partition columns: each match's value at its first row (floats keep
         # that row's -0.0 or 0.0, as the host output does)
-        with span(backend, "output"):
+        with B.span(backend, "output"):
             source_rows = (found.starts if order.was_sorted
                            else order.rows[found.starts]).astype(np.int64, copy=False)
             arrays = [values[f.name] if f.name in values else source.take(f.name, source_rows)
@@ -535,10 +534,12 @@ def scan(backend, query: CheckedQuery, classes, offsets, tables,
             chunk_rows or gpu_scan.DEVICE_CHUNK_ROWS, scan_from=scan_from, continues=continues,
             open_end=open_end, end_margin=end_margin, horizon=horizon)
     with B.span(backend, "scan: numbering"):
+        # the matches come in partition order: where each partition's begin
+        # is a binary search (a bincount's atomics would all hit one
+        # counter when the partitions are few)
         n_parts = offsets.shape[0] - 1
-        counts = xp.bincount(partitions, minlength=n_parts)
-        first_of_partition = xp.zeros(n_parts + 1, dtype=np.int64)
-        xp.cumsum(counts, out=first_of_partition[1:])
+        first_of_partition = xp.searchsorted(
+            partitions, xp.arange(n_parts + 1, dtype=np.int64), side="left").astype(np.int64)
         numbers = (xp.arange(starts.shape[0], dtype=np.int64)
                    - first_of_partition[partitions] + 1)
         if number_base:
