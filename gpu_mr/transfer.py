@@ -117,7 +117,8 @@ def _ring(ops) -> list:
 def to_device_staged(backend, array: np.ndarray, ops=None):
     """``array`` as a device array of the same dtype and shape, sent through
     pinned staging buffers (see the module docstring). Under the simulator,
-    or for arrays under two chunks, one plain ``backend.to_device``."""
+    or for arrays under ``STAGED_MIN_BYTES``, one plain
+    ``backend.to_device``."""
     array = np.ascontiguousarray(array)
     if ops is None:
         if backend.simulated or array.nbytes < STAGED_MIN_BYTES:
@@ -143,7 +144,8 @@ def to_device_staged(backend, array: np.ndarray, ops=None):
 def to_host_staged(backend, array, ops=None) -> np.ndarray:
     """Device ``array`` as a host numpy array of the same dtype and shape,
     received through the pinned staging buffers (see the module docstring).
-    Under the simulator, or for arrays under two chunks, one plain copy."""
+    Under the simulator, or for arrays under ``STAGED_MIN_BYTES``, one
+    plain copy."""
     if ops is None:
         if backend.simulated or isinstance(array, np.ndarray):
             return np.asarray(array)
