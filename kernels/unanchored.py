@@ -28,8 +28,9 @@ dies on the row after its match, and the table goes straight on to the
 next search's state).
 Kernel layout as in kernels/scan.py (see its header): ``register_jitable``
 bodies, module-level drivers compiled by ``numba.njit(nogil=True,
-cache=True)``, a ``prange`` variant of each, per-partition output slots from
-the partition's first row. Matches never overlap in this mode, so per-row
+cache=True)`` over ranges of jobs, run on the shared thread pool
+(kernels/threads.py), per-partition output slots from the partition's
+first row. Matches never overlap in this mode, so per-row
 arrays (pre-states, labels) need no slots.
 Cost: one DFA step per row plus the rows re-read after each match; O(match
 length) per match for the walk and the copy; 2 bytes per row of pre-states
@@ -44,8 +45,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import scan as S
-from .scan import prange, register_jitable
-from .threads import run_pieces, split_even
+from .scan import register_jitable
+from .threads import run_pieces, split, split_even
 
 # UnanchoredTables.match_thread's mark of an empty match (pattern/dfa.py).
 EMPTY_MATCH = -2
@@ -304,13 +305,15 @@ def copy_chunk(first, last, label_offsets, begin, packed, labels, excluded):
         dst_excluded[k] = ((v >> 15) & 1) != 0
 
 
-def compact_slots(counts, scan_lo, out, ends, codes, partitions, numbers):
-    """Every match in partition order: its end, code, partition and number
-    (from 1 in each partition), from the per-partition slot ranges
-    (``counts[p]`` slots from row ``scan_lo[p]``, ``end << 8 | code``); one
-    pass instead of numpy's repeat / arange / gather over the matches."""
-    i = 0
-    for p in range(counts.shape[0]):
+def compact_slots(p0, p1, i0, counts, scan_lo, out, ends, codes, partitions, numbers):
+    """Every match of partitions ``p0 .. p1-1`` in partition order, from
+    index ``i0`` (the matches of the partitions before): its end, code,
+    partition and number (from 1 in each partition), from the per-partition
+    slot ranges (``counts[p]`` slots from row ``scan_lo[p]``, ``end << 8 |
+    code``); one pass instead of numpy's repeat / arange / gather over the
+    matches."""
+    i = i0
+    for p in range(p0, p1):
         base = scan_lo[p]
         for k in range(counts[p]):
             found = out[base + k]
@@ -321,46 +324,28 @@ def compact_slots(counts, scan_lo, out, ends, codes, partitions, numbers):
             i += 1
 
 
-# The drivers: serial and parallel loops over independent jobs (one function
-# each: numba's disk cache keys on the function, not its flags).
+# The drivers: each runs a range of independent jobs (partitions, groups of
+# WALK_CHUNK matches) on the calling thread; ``_in_pieces`` hands ranges of
+# about equal work to the shared thread pool (kernels/threads.py). Not
+# numba's ``prange``: its OpenMP workers spin for a while after each launch,
+# and on two cores they took the CPU from the pool threads of the next step
+# (the walk ran 26-34 ms after a parallel scan, 20 ms without it).
 
-def scan_partitions(classes, scan_lo, scan_hi, moves, shift, end_accept, start_first,
+def scan_partitions(p0, p1, classes, scan_lo, scan_hi, moves, shift, end_accept, start_first,
                     start_other, end_code, pre, out, counts):
-    for p in range(scan_lo.shape[0]):
+    for p in range(p0, p1):
         counts[p] = scan_partition(classes, scan_lo[p], scan_hi[p], moves, shift, end_accept,
                                    start_first, start_other, end_code, pre, out, scan_lo[p])
 
 
-def scan_partitions_parallel(classes, scan_lo, scan_hi, moves, shift, end_accept, start_first,
-                             start_other, end_code, pre, out, counts, groups):
-    """One thread per group of consecutive partitions (``groups[g] ..
-    groups[g+1]``, about equal in rows)."""
-    for g in prange(groups.shape[0] - 1):
-        for p in range(groups[g], groups[g + 1]):
-            counts[p] = scan_partition(classes, scan_lo[p], scan_hi[p], moves, shift,
-                                       end_accept, start_first, start_other, end_code, pre,
-                                       out, scan_lo[p])
-
-
 # Matches per call of the walk and copy bodies: enough to amortise the call.
 WALK_CHUNK = 4096
-# Below this many matches a parallel walk costs more than it saves (as
-# kernels.scan.PARALLEL_MIN_ROWS for rows: a launch wakes every thread).
-PARALLEL_MIN_MATCHES = 16_384
 
 
-def walk_all(classes, ends, codes, pre, lineage, class_shift, thread_shift, starts, begins):
+def walk_all(c0, c1, classes, ends, codes, pre, lineage, class_shift, thread_shift, starts,
+             begins):
     n = ends.shape[0]
-    for chunk in range(begins.shape[0]):
-        first = chunk * WALK_CHUNK
-        begins[chunk] = walk_matches(classes, first, min(n, first + WALK_CHUNK), ends, codes,
-                                     pre, lineage, class_shift, thread_shift, starts)
-
-
-def walk_all_parallel(classes, ends, codes, pre, lineage, class_shift, thread_shift, starts,
-                      begins):
-    n = ends.shape[0]
-    for chunk in prange(begins.shape[0]):
+    for chunk in range(c0, c1):
         first = chunk * WALK_CHUNK
         begins[chunk] = walk_matches(classes, first, min(n, first + WALK_CHUNK), ends, codes,
                                      pre, lineage, class_shift, thread_shift, starts)
@@ -382,41 +367,38 @@ def walk_measures_groups(classes, g0, g1, ends, codes, pre, lineage, class_shift
                       member1, max1, none1, ext_row, ext_val0, ext_val1, ext_nan[g])
 
 
-def copy_all(label_offsets, begins, packed, labels, excluded):
+def copy_all(c0, c1, label_offsets, begins, packed, labels, excluded):
     n = label_offsets.shape[0] - 1
-    for chunk in range(begins.shape[0]):
+    for chunk in range(c0, c1):
         first = chunk * WALK_CHUNK
         copy_chunk(first, min(n, first + WALK_CHUNK), label_offsets, begins[chunk], packed,
                    labels, excluded)
 
 
-def copy_all_parallel(label_offsets, begins, packed, labels, excluded):
-    n = label_offsets.shape[0] - 1
-    for chunk in prange(begins.shape[0]):
-        first = chunk * WALK_CHUNK
-        copy_chunk(first, min(n, first + WALK_CHUNK), label_offsets, begins[chunk], packed,
-                   labels, excluded)
+_DRIVERS = (scan_partitions, compact_slots, walk_all, copy_all, walk_measures_groups)
+_compiled: list = []
 
 
-_compiled: dict = {}
-
-
-def _cpu_kernels(parallel: bool) -> tuple:
-    """numba.njit (scan, walk, copy[, compact, walk with measures: serial
-    only; the latter runs on the thread pool]), compiled on first use and
-    cached on disk; the parallel ones run groups of partitions / chunks of
-    matches on all cores."""
-    hit = _compiled.get(parallel)
-    if hit is None:
+def _cpu_kernels(compiled: bool = True) -> tuple:
+    """(scan, compact, walk, copy, walk with measures): numba.njit,
+    compiled on first use and cached on disk, or the plain Python bodies."""
+    if not compiled:
+        return _DRIVERS
+    if not _compiled:
         import numba
-        jit = numba.njit(nogil=True, parallel=parallel, cache=True)
-        if parallel:
-            hit = (jit(scan_partitions_parallel), jit(walk_all_parallel), jit(copy_all_parallel))
-        else:
-            hit = (jit(scan_partitions), jit(walk_all), jit(copy_all), jit(compact_slots),
-                   jit(walk_measures_groups))
-        _compiled[parallel] = hit
-    return hit
+        jit = numba.njit(nogil=True, cache=True)
+        _compiled.append(tuple(jit(f) for f in _DRIVERS))
+    return _compiled[0]
+
+
+def _in_pieces(run, work_before, threads: bool) -> list:
+    """``run(lo, hi)`` over jobs ``0 .. len(work_before)-2`` cut into ranges
+    of about equal work (``work_before``: the work before each job, as an
+    offsets array), on the thread pool when ``threads``."""
+    jobs = len(work_before) - 1
+    if jobs <= 0:
+        return []
+    return run_pieces(run, split(work_before) if threads else [(0, jobs)])
 
 
 def prefers_chunks(offsets: np.ndarray) -> bool:
@@ -432,10 +414,10 @@ def prefers_chunks(offsets: np.ndarray) -> bool:
     return threads >= 2 and int(np.diff(offsets).max()) > n // threads
 
 
-def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool,
-          parallel: bool) -> tuple:
+def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool) -> tuple:
     """The scan and the compacted matches: ``(ends, codes, partitions,
-    numbers, pre-states, scan_hi, kernels (serial, wide))``."""
+    numbers, pre-states, scan_hi, kernels)``; compiled, on the thread pool
+    in ranges of partitions of about equal rows."""
     n = classes.shape[0]
     n_parts = offsets.shape[0] - 1
     scan_lo, scan_hi = offsets[:-1].copy(), offsets[1:].copy()
@@ -445,43 +427,44 @@ def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool,
     pre = np.empty(n, dtype=np.int16 if t.n_states <= np.iinfo(np.int16).max else np.int32)
     out = np.empty(n, dtype=np.int64)
     counts = np.zeros(n_parts, dtype=np.int64)
-    args = (classes, scan_lo, scan_hi, moves, np.int64(shift), t.end_accept,
-            np.int64(t.start_first), np.int64(t.start_other), end_code, pre, out, counts)
-    serial = (_cpu_kernels(False) if compiled
-              else (scan_partitions, walk_all, copy_all, compact_slots, walk_measures_groups))
-    wide = _cpu_kernels(True) if parallel else serial
-    if parallel and n_parts > 1:
-        wide[0](*args, S._row_balanced_groups(scan_hi - scan_lo))
-    else:
-        serial[0](*args)
-    n_matches = int(counts.sum())
+    kernels = _cpu_kernels(compiled)
+    rows_before = offsets - offsets[0]
+    _in_pieces(lambda a, b: kernels[0](
+        np.int64(a), np.int64(b), classes, scan_lo, scan_hi, moves, np.int64(shift),
+        t.end_accept, np.int64(t.start_first), np.int64(t.start_other), end_code, pre, out,
+        counts), rows_before, compiled)
+    matches_before = np.zeros(n_parts + 1, dtype=np.int64)
+    np.cumsum(counts, out=matches_before[1:])
+    n_matches = int(matches_before[-1])
     ends = np.empty(n_matches, dtype=np.int64)
     codes = np.empty(n_matches, dtype=np.int32)
     partitions = np.empty(n_matches, dtype=np.int64)
     numbers = np.empty(n_matches, dtype=np.int64)
-    # serial: on two cores a parallel copy measured slower (the fresh output
-    # pages fault in from both threads at once)
-    serial[3](counts, scan_lo, out, ends, codes, partitions, numbers)
-    return ends, codes, partitions, numbers, pre, scan_hi, (serial, wide)
+    _in_pieces(lambda a, b: kernels[1](
+        np.int64(a), np.int64(b), matches_before[a], counts, scan_lo, out, ends, codes,
+        partitions, numbers), matches_before, compiled)
+    return ends, codes, partitions, numbers, pre, scan_hi, kernels
 
 
-def _labels(classes, ends, codes, pre, tables, starts, kernels) -> tuple:
+def _labels(classes, ends, codes, pre, tables, starts, kernels, threads: bool) -> tuple:
     """The walk that writes the labels (into ``pre``) and their copy into
     the CSR layout: ``(label_offsets, labels, excluded)``; ``starts`` is
     filled too."""
-    serial, wide = kernels
-    begins = np.empty(-(-ends.shape[0] // WALK_CHUNK), dtype=np.int64)
+    n_groups = -(-ends.shape[0] // WALK_CHUNK)
+    begins = np.empty(n_groups, dtype=np.int64)
     lineage, class_shift, thread_shift = flat_lineage(tables)
-    walk = wide[1] if ends.shape[0] >= PARALLEL_MIN_MATCHES else serial[1]
-    walk(classes, ends, codes, pre, lineage, np.int64(class_shift), np.int64(thread_shift),
-         starts, begins)                                 # the labels go into pre
+    groups_before = np.arange(n_groups + 1, dtype=np.int64) * WALK_CHUNK
+    _in_pieces(lambda a, b: kernels[2](
+        np.int64(a), np.int64(b), classes, ends, codes, pre, lineage, np.int64(class_shift),
+        np.int64(thread_shift), starts, begins), groups_before, threads)  # labels into pre
     label_offsets = np.zeros(ends.shape[0] + 1, dtype=np.int64)
     np.cumsum(ends - starts, out=label_offsets[1:])
     total = int(label_offsets[-1])
     labels = np.empty(total, dtype=np.int16)
     excluded = np.empty(total, dtype=np.bool_)
-    copy = wide[2] if total >= S.PARALLEL_MIN_ROWS and begins.shape[0] > 1 else serial[2]
-    copy(label_offsets, begins, pre, labels, excluded)
+    labels_before = label_offsets[np.minimum(groups_before, ends.shape[0])]
+    _in_pieces(lambda a, b: kernels[3](np.int64(a), np.int64(b), label_offsets, begins, pre,
+                                       labels, excluded), labels_before, threads)
     return label_offsets, labels, excluded
 
 
@@ -502,16 +485,10 @@ def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
     :class:`gpu_mr.pattern.dfa.UnanchoredTables`; ``compiled=False`` runs
     the plain Python bodies."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    parallel = bool(compiled and classes.shape[0] >= S.PARALLEL_MIN_ROWS
-                    and S._parallel_lock.acquire(blocking=False))
-    try:
-        ends, codes, partitions, _, pre, scan_hi, kernels = _scan(classes, offsets, tables,
-                                                                  compiled, parallel)
-        starts = np.empty_like(ends)
-        paths = _labels(classes, ends, codes, pre, tables, starts, kernels)
-    finally:
-        if parallel:
-            S._parallel_lock.release()
+    ends, codes, partitions, _, pre, scan_hi, kernels = _scan(classes, offsets, tables,
+                                                              compiled)
+    starts = np.empty_like(ends)
+    paths = _labels(classes, ends, codes, pre, tables, starts, kernels, compiled)
     return (starts, ends, partitions, _errors(scan_hi)) + paths
 
 
@@ -610,65 +587,51 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     (extremes x matches), "ext_values": per extreme its values as uint64
     words, "ext_nan": bool per extreme}``."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    parallel = bool(compiled and classes.shape[0] >= S.PARALLEL_MIN_ROWS
-                    and S._parallel_lock.acquire(blocking=False))
-    try:
-        ends, codes, partitions, numbers, pre, scan_hi, kernels = _scan(
-            classes, offsets, tables, compiled, parallel)
-        m = ends.shape[0]
-        starts = np.empty_like(ends)
-        n_edge, n_ext = walk.edge_col.shape[0], walk.ext_col.shape[0]
-        edge_out = np.empty((n_edge, m), dtype=np.uint64)
-        ext_row = np.empty((n_ext, m), dtype=np.int64)
-        ext_val = [np.empty(m if x < n_ext else 1,
-                            np.float64 if x >= n_ext or walk.ext_float[x] else np.int64)
-                   for x in range(WALK_EXTREMES)]
-        n_groups = -(-m // WALK_CHUNK)
-        ext_nan = np.zeros((max(n_groups, 1), WALK_EXTREMES), dtype=np.bool_)
-        lineage, class_shift, thread_shift = flat_lineage(tables)
-        serial, wide = kernels
-        want_max = [bool(x < n_ext and walk.ext_max[x]) for x in range(WALK_EXTREMES)]
-        # a running MIN (MAX) starts from its type's largest (smallest) key
-        none = [ext_val[x].dtype.type(_extreme_start(ext_val[x].dtype, want_max[x]))
+    ends, codes, partitions, numbers, pre, scan_hi, kernels = _scan(classes, offsets, tables,
+                                                                    compiled)
+    m = ends.shape[0]
+    starts = np.empty_like(ends)
+    n_edge, n_ext = walk.edge_col.shape[0], walk.ext_col.shape[0]
+    edge_out = np.empty((n_edge, m), dtype=np.uint64)
+    ext_row = np.empty((n_ext, m), dtype=np.int64)
+    ext_val = [np.empty(m if x < n_ext else 1,
+                        np.float64 if x >= n_ext or walk.ext_float[x] else np.int64)
+               for x in range(WALK_EXTREMES)]
+    n_groups = -(-m // WALK_CHUNK)
+    ext_nan = np.zeros((max(n_groups, 1), WALK_EXTREMES), dtype=np.bool_)
+    lineage, class_shift, thread_shift = flat_lineage(tables)
+    want_max = [bool(x < n_ext and walk.ext_max[x]) for x in range(WALK_EXTREMES)]
+    # a running MIN (MAX) starts from its type's largest (smallest) key
+    none = [ext_val[x].dtype.type(_extreme_start(ext_val[x].dtype, want_max[x]))
+            for x in range(WALK_EXTREMES)]
+    pieces = []
+    for g0, g1, lo, words in _pieces(ends, walk.bounds, walk.chunks):
+        edges = [words[walk.edge_col[j]] if j < n_edge else _NO_WORDS
+                 for j in range(WALK_EDGES)]
+        # each extreme's keys typed (float64 or int64)
+        keys = [words[walk.ext_col[x]].view(ext_val[x].dtype) if x < n_ext else _NO_KEYS
                 for x in range(WALK_EXTREMES)]
-        pieces = []
-        for g0, g1, lo, words in _pieces(ends, walk.bounds, walk.chunks):
-            edges = [words[walk.edge_col[j]] if j < n_edge else _NO_WORDS
-                     for j in range(WALK_EDGES)]
-            # each extreme's keys typed (float64 or int64)
-            keys = [words[walk.ext_col[x]].view(ext_val[x].dtype) if x < n_ext else _NO_KEYS
-                    for x in range(WALK_EXTREMES)]
-            pieces.append((g0, g1, lo, edges, keys))
+        pieces.append((g0, g1, lo, edges, keys))
 
-        def run(a: int, b: int) -> None:
-            """Groups ``a .. b-1``, piece by piece."""
-            for g0, g1, lo, edges, keys in pieces:
-                if max(g0, a) < min(g1, b):
-                    serial[4](classes, np.int64(max(g0, a)), np.int64(min(g1, b)), ends, codes,
-                              pre, lineage, np.int64(class_shift), np.int64(thread_shift),
-                              starts, np.int64(lo), np.int64(n_edge), *edges, walk.edge_end,
-                              edge_out, np.int64(n_ext), keys[0], walk.ext_member[0],
-                              want_max[0], none[0], keys[1], walk.ext_member[1], want_max[1],
-                              none[1], ext_row, ext_val[0], ext_val[1], ext_nan)
-        # One hand-off to the thread pool for all the pieces (the kernel drops
-        # the GIL), not a parallel launch per chunk of the columns.
-        run_pieces(run, split_even(n_groups, WALK_CHUNK * 4) if compiled else [(0, n_groups)])
-    finally:
-        if parallel:
-            S._parallel_lock.release()
+    def run(a: int, b: int) -> None:
+        """Groups ``a .. b-1``, piece by piece."""
+        for g0, g1, lo, edges, keys in pieces:
+            if max(g0, a) < min(g1, b):
+                kernels[4](classes, np.int64(max(g0, a)), np.int64(min(g1, b)), ends, codes,
+                           pre, lineage, np.int64(class_shift), np.int64(thread_shift),
+                           starts, np.int64(lo), np.int64(n_edge), *edges, walk.edge_end,
+                           edge_out, np.int64(n_ext), keys[0], walk.ext_member[0],
+                           want_max[0], none[0], keys[1], walk.ext_member[1], want_max[1],
+                           none[1], ext_row, ext_val[0], ext_val[1], ext_nan)
+    # One hand-off to the thread pool for all the pieces (the kernel drops
+    # the GIL), not a parallel launch per chunk of the columns.
+    run_pieces(run, split_even(n_groups, WALK_CHUNK * 4) if compiled else [(0, n_groups)])
     label_offsets = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(ends - starts, out=label_offsets[1:])
 
     def paths() -> tuple:
-        # on all cores only when no other parallel launch runs (see kernels.scan)
-        wide = bool(compiled and kernels[1] is not kernels[0]
-                    and S._parallel_lock.acquire(blocking=False))
-        try:
-            got = _labels(classes, ends, codes, pre, tables, np.empty_like(ends),
-                          kernels if wide else (kernels[0], kernels[0]))
-        finally:
-            if wide:
-                S._parallel_lock.release()
+        got = _labels(classes, ends, codes, pre, tables, np.empty_like(ends), kernels,
+                      compiled)
         return got[1], got[2]
     walked = {"numbers": numbers, "edges": edge_out, "ext_rows": ext_row,
               "ext_values": [v.view(np.uint64) for v in ext_val[:n_ext]],
