@@ -189,102 +189,164 @@ WALK_EDGES = 4
 WALK_EXTREMES = 2
 
 
+def toward_min(key, orient):
+    """``key`` ordered for a MIN: a MAX's keys reversed, exactly (floats
+    negated: ``orient`` -1.0, else 1.0; integers complemented: ``orient``
+    -1, else 0), so that one loop serves both without a flag per row."""
+    if isinstance(key, (float, np.floating)):
+        return key * orient
+    return key ^ orient
+
+
+try:
+    from numba.core import types as _types
+    from numba.extending import overload
+
+    @overload(toward_min)
+    def _toward_min_typed(key, orient):
+        if isinstance(key, _types.Float):
+            return lambda key, orient: key * orient
+        return lambda key, orient: key ^ orient
+except ImportError:                  # the plain bodies still run without numba
+    pass
+
+
+@register_jitable
+def _extreme_row(keys, member, orient, none, var, q, ulo, v, b, f, nan):
+    """One walked row ``q`` (taken by variable ``var``) of a running MIN
+    (see :func:`toward_min`) over the rows whose variable counts: ``v`` the
+    extreme so far, ``b`` its row, ``f`` the earliest counted row, ``nan``
+    whether a counted key is NaN. Walking backwards, a row takes the extreme
+    when its key is at least as far out as every later row's (ties go to the
+    earlier row). A row that does not count reads as the start value, so it
+    can take the extreme only while nothing beats that; the earliest
+    counted row then stands in (:func:`walk_measures`). Choices are masks:
+    which rows count and which take the extreme are data the CPU cannot
+    predict, and a branch on them cost a third of the walk."""
+    counted = member[var]
+    k = toward_min(keys[q - ulo], orient)     # always: a load under a branch mispredicts
+    k = k if counted else none
+    nan |= k != k
+    take = -np.int64(k <= v)
+    v = min(k, v)
+    qi = np.int64(q)
+    b ^= take & (qi ^ b)
+    f ^= -np.int64(counted) & (qi ^ f)
+    return v, b, f, nan
+
+
+@register_jitable
+def _walk_row(classes, pre, lineage, class_shift, thread_shift, q, t):
+    """The lineage word of row ``q`` for thread ``t``: parent | variable,
+    mark, start bits (unsigned indices: no wraparound test on the chain)."""
+    row = (np.int64(pre[q]) << class_shift) | classes[q]
+    return lineage[np.uint64((row << thread_shift) | t)]
+
+
 @register_jitable
 def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, thread_shift,
-                  starts, lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out, n_ext,
-                  keys0, member0, max0, none0, keys1, member1, max1, none1, ext_row, ext_val0,
-                  ext_val1, ext_nan):
+                  starts, lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0,
+                  edge_out1, edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0,
+                  keys1, member1, orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1,
+                  ext_nan):
     """:func:`walk_matches` for ONE ROW PER MATCH measures, labels not
     written (``pre`` is left as it is): for matches ``first .. last-1``, set
     ``starts[i]`` and, from columns read from row ``lo`` on (every row of
     those matches lies there, a column's arrays non-empty):
     for the first ``n_edge`` (at most ``WALK_EDGES``) edges ``j``,
-    ``edge_out[j, i]``: ``edges<j>`` (uint64 words) at the match's first row
-    (its last with ``at_end[j]``), 0 for an empty match;
+    ``edge_out<j>[i]``: ``edges<j>`` (uint64 words) at the match's first
+    row (its last with ``at_end[j]``), 0 for an empty match;
     for the first ``n_ext`` (at most ``WALK_EXTREMES``) extremes ``x``,
-    ``ext_row[x, i]``: the row of the MIN (MAX with ``max<x>``) of
-    ``keys<x>`` (float64 or int64) over the rows mapped to a variable ``v``
-    with ``member<x>[v]``, the first of equal keys, -1 for none;
+    ``ext_row<x>[i]``: the row of the MIN of ``keys<x>`` (float64 or
+    int64) in the direction ``orient<x>`` (:func:`toward_min`: a MAX's
+    keys reversed; ``none<x>``: the start value, the largest in that
+    direction) over the rows mapped to a variable ``v`` with
+    ``member<x>[v]``, the first of equal keys, -1 for none;
     ``ext_val<x>[i]`` its key (left alone for none); ``ext_nan[x]`` set when
     a counted key is NaN (the row is then meaningless).
     Why here: the walk is a chain of dependent lookups, so these loads and
     comparisons, independent of it, overlap with it, where passes of their
-    own after the walk would read the columns again."""
+    own after the walk would read the columns again. One loop per count of
+    extremes, so that no test on it runs per row (flags per row cost a
+    quarter of the walk)."""
+    ulo = np.uint64(lo)
+    nan0 = False                    # in registers: a store per row would stay a store
+    nan1 = False
     for i in range(last - 1, first - 1, -1):
-        q = ends[i]
-        c = codes[i]
-        b0 = -1
-        b1 = -1
-        v0 = none0                      # the running extreme of the rows walked
+        ui = np.uint64(i)
+        end = ends[ui]
+        q = np.uint64(end)
+        c = codes[ui]
+        t = np.int64(c - 2)
+        v0 = none0                  # the running extremes of the rows walked
         v1 = none1
-        f0 = -1                         # the earliest counted row
-        f1 = -1
-        nan0 = False                    # in registers: a store per row would stay a store
-        nan1 = False
-        if c != 1:
-            t = c - 2
+        b0 = np.int64(-1)
+        b1 = np.int64(-1)
+        f0 = np.int64(-1)           # the earliest counted rows
+        f1 = np.int64(-1)
+        if c != 1 and n_ext == 0:
             while True:
-                q -= 1
-                row = (np.int64(pre[q]) << class_shift) | classes[q]
-                step = lineage[np.uint64((row << thread_shift) | t)]
-                var = (step >> 16) & 0x7FFF
-                # Walking backwards, a row takes the extreme when its key is
-                # at least as far out as every later row's (ties go to the
-                # earlier row). A row that does not count reads as the start
-                # value, so it can take the extreme only while nothing beats
-                # that; the earliest counted row then stands in (below).
-                # Tests on `counted` inside `take` cost a third of the walk.
-                if n_ext > 0:
-                    counted = member0[var]
-                    k = keys0[q - lo]          # always: a load under a branch mispredicts
-                    k = k if counted else none0
-                    nan0 |= k != k
-                    take = (k >= v0) if max0 else (k <= v0)
-                    v0 = max(k, v0) if max0 else min(k, v0)
-                    b0 += np.int64(take) * (q - b0)     # arithmetic: `a if c else b`
-                    f0 += np.int64(counted) * (q - f0)  # compiles to a branch here
-                    if n_ext > 1:
-                        counted = member1[var]
-                        k = keys1[q - lo]          # always: a load under a branch mispredicts
-                        k = k if counted else none1
-                        nan1 |= k != k
-                        take = (k >= v1) if max1 else (k <= v1)
-                        v1 = max(k, v1) if max1 else min(k, v1)
-                        b1 += np.int64(take) * (q - b1)     # arithmetic: `a if c else b`
-                        f1 += np.int64(counted) * (q - f1)  # compiles to a branch here
+                q -= np.uint64(1)
+                step = _walk_row(classes, pre, lineage, class_shift, thread_shift, q, t)
                 t = step & 0xFFFF
                 if (step >> 33) & 1:
                     break
+        elif c != 1 and n_ext == 1:
+            while True:
+                q -= np.uint64(1)
+                step = _walk_row(classes, pre, lineage, class_shift, thread_shift, q, t)
+                var = np.uint64((step >> 16) & 0x7FFF)
+                v0, b0, f0, nan0 = _extreme_row(keys0, member0, orient0, none0, var, q, ulo,
+                                                v0, b0, f0, nan0)
+                t = step & 0xFFFF
+                if (step >> 33) & 1:
+                    break
+        elif c != 1:
+            while True:
+                q -= np.uint64(1)
+                step = _walk_row(classes, pre, lineage, class_shift, thread_shift, q, t)
+                var = np.uint64((step >> 16) & 0x7FFF)
+                v0, b0, f0, nan0 = _extreme_row(keys0, member0, orient0, none0, var, q, ulo,
+                                                v0, b0, f0, nan0)
+                v1, b1, f1, nan1 = _extreme_row(keys1, member1, orient1, none1, var, q, ulo,
+                                                v1, b1, f1, nan1)
+                t = step & 0xFFFF
+                if (step >> 33) & 1:
+                    break
+        starts[ui] = np.int64(q)
+        if n_edge > 0 and c == 1:       # an empty match: no row (the caller makes it NULL)
+            edge_out0[ui] = 0
+            if n_edge > 1:
+                edge_out1[ui] = 0
+            if n_edge > 2:
+                edge_out2[ui] = 0
+            if n_edge > 3:
+                edge_out3[ui] = 0
+        elif n_edge > 0:
+            first_row = q - ulo
+            last_row = np.uint64(end - 1) - ulo
+            edge_out0[ui] = edges0[last_row if at_end[0] else first_row]
+            if n_edge > 1:
+                edge_out1[ui] = edges1[last_row if at_end[1] else first_row]
+            if n_edge > 2:
+                edge_out2[ui] = edges2[last_row if at_end[2] else first_row]
+            if n_edge > 3:
+                edge_out3[ui] = edges3[last_row if at_end[3] else first_row]
         # every counted key is the start value (or none counts): the first
-        # of equal keys is the earliest counted row (-1: none)
-        b0 = f0 if v0 == none0 else b0
-        b1 = f1 if v1 == none1 else b1
-        starts[i] = q
-        if n_edge > 0:
-            first_row = q - lo
-            last_row = ends[i] - 1 - lo
-            if c == 1:                  # an empty match: no row (the caller makes it NULL)
-                for j in range(n_edge):
-                    edge_out[j, i] = 0
-            else:
-                edge_out[0, i] = edges0[last_row if at_end[0] else first_row]
-                if n_edge > 1:
-                    edge_out[1, i] = edges1[last_row if at_end[1] else first_row]
-                if n_edge > 2:
-                    edge_out[2, i] = edges2[last_row if at_end[2] else first_row]
-                if n_edge > 3:
-                    edge_out[3, i] = edges3[last_row if at_end[3] else first_row]
-        # the value at the row (min() of -0.0 and 0.0 may give either)
+        # of equal keys is the earliest counted row (-1: none); the value is
+        # read at the row (min() of -0.0 and 0.0 may give either)
         if n_ext > 0:
-            ext_row[0, i] = b0
+            b0 = f0 if v0 == none0 else b0
+            ext_row0[ui] = b0
             if b0 >= 0:
-                ext_val0[i] = keys0[b0 - lo]
-            ext_nan[0] |= nan0
+                ext_val0[ui] = keys0[np.uint64(b0) - ulo]
             if n_ext > 1:
-                ext_row[1, i] = b1
+                b1 = f1 if v1 == none1 else b1
+                ext_row1[ui] = b1
                 if b1 >= 0:
-                    ext_val1[i] = keys1[b1 - lo]
-                ext_nan[1] |= nan1
+                    ext_val1[ui] = keys1[np.uint64(b1) - ulo]
+    ext_nan[0] |= nan0
+    ext_nan[1] |= nan1
 
 
 @register_jitable
@@ -353,8 +415,9 @@ def walk_all(c0, c1, classes, ends, codes, pre, lineage, class_shift, thread_shi
 
 def walk_measures_groups(classes, g0, g1, ends, codes, pre, lineage, class_shift,
                          thread_shift, starts, lo, n_edge, edges0, edges1, edges2, edges3,
-                         at_end, edge_out, n_ext, keys0, member0, max0, none0, keys1, member1,
-                         max1, none1, ext_row, ext_val0, ext_val1, ext_nan):
+                         at_end, edge_out0, edge_out1, edge_out2, edge_out3, n_ext, keys0,
+                         member0, orient0, none0, keys1, member1, orient1, none1, ext_row0,
+                         ext_row1, ext_val0, ext_val1, ext_nan):
     """:func:`walk_measures` over the groups of ``WALK_CHUNK`` matches ``g0
     .. g1-1``, whose rows lie in the columns' piece from row ``lo``
     (``ext_nan``: a row per group)."""
@@ -363,8 +426,9 @@ def walk_measures_groups(classes, g0, g1, ends, codes, pre, lineage, class_shift
         first = g * WALK_CHUNK
         walk_measures(classes, first, min(n, first + WALK_CHUNK), ends, codes, pre, lineage,
                       class_shift, thread_shift, starts, lo, n_edge, edges0, edges1, edges2,
-                      edges3, at_end, edge_out, n_ext, keys0, member0, max0, none0, keys1,
-                      member1, max1, none1, ext_row, ext_val0, ext_val1, ext_nan[g])
+                      edges3, at_end, edge_out0, edge_out1, edge_out2, edge_out3, n_ext, keys0,
+                      member0, orient0, none0, keys1, member1, orient1, none1, ext_row0,
+                      ext_row1, ext_val0, ext_val1, ext_nan[g])
 
 
 def copy_all(c0, c1, label_offsets, begins, packed, labels, excluded):
@@ -499,10 +563,11 @@ _NO_WORDS = np.zeros(1, dtype=np.uint64)
 _NO_WORDS.setflags(write=False)
 
 
-def _extreme_start(dtype, want_max: bool):
+def _orient(dtype, want_max: bool):
+    """:func:`toward_min`'s ``orient`` for keys of ``dtype``."""
     if dtype.kind == "f":
-        return -np.inf if want_max else np.inf
-    return np.iinfo(np.int64).min if want_max else np.iinfo(np.int64).max
+        return np.float64(-1.0 if want_max else 1.0)
+    return np.int64(-1 if want_max else 0)
 
 
 class WalkColumns:
@@ -600,16 +665,22 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     n_groups = -(-m // WALK_CHUNK)
     ext_nan = np.zeros((max(n_groups, 1), WALK_EXTREMES), dtype=np.bool_)
     lineage, class_shift, thread_shift = flat_lineage(tables)
-    want_max = [bool(x < n_ext and walk.ext_max[x]) for x in range(WALK_EXTREMES)]
-    # a running MIN (MAX) starts from its type's largest (smallest) key
-    none = [ext_val[x].dtype.type(_extreme_start(ext_val[x].dtype, want_max[x]))
+    # a MAX runs as a MIN of reversed keys (toward_min), from the largest key
+    dtypes = [ext_val[x].dtype for x in range(WALK_EXTREMES)]
+    orient = [_orient(dtypes[x], bool(x < n_ext and walk.ext_max[x]))
+              for x in range(WALK_EXTREMES)]
+    none = [dtypes[x].type(np.inf if dtypes[x].kind == "f" else np.iinfo(np.int64).max)
             for x in range(WALK_EXTREMES)]
+    edge_outs = [edge_out[j] if j < n_edge else np.zeros(1, np.uint64)
+                 for j in range(WALK_EDGES)]
+    ext_rows = [ext_row[x] if x < n_ext else np.zeros(1, np.int64)
+                for x in range(WALK_EXTREMES)]
     pieces = []
     for g0, g1, lo, words in _pieces(ends, walk.bounds, walk.chunks):
         edges = [words[walk.edge_col[j]] if j < n_edge else _NO_WORDS
                  for j in range(WALK_EDGES)]
         # each extreme's keys typed (float64 or int64)
-        keys = [words[walk.ext_col[x]].view(ext_val[x].dtype) if x < n_ext else _NO_KEYS
+        keys = [words[walk.ext_col[x]].view(dtypes[x]) if x < n_ext else _NO_KEYS
                 for x in range(WALK_EXTREMES)]
         pieces.append((g0, g1, lo, edges, keys))
 
@@ -620,9 +691,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
                 kernels[4](classes, np.int64(max(g0, a)), np.int64(min(g1, b)), ends, codes,
                            pre, lineage, np.int64(class_shift), np.int64(thread_shift),
                            starts, np.int64(lo), np.int64(n_edge), *edges, walk.edge_end,
-                           edge_out, np.int64(n_ext), keys[0], walk.ext_member[0],
-                           want_max[0], none[0], keys[1], walk.ext_member[1], want_max[1],
-                           none[1], ext_row, ext_val[0], ext_val[1], ext_nan)
+                           *edge_outs, np.int64(n_ext), keys[0], walk.ext_member[0],
+                           orient[0], none[0], keys[1], walk.ext_member[1], orient[1],
+                           none[1], *ext_rows, ext_val[0], ext_val[1], ext_nan)
     # One hand-off to the thread pool for all the pieces (the kernel drops
     # the GIL), not a parallel launch per chunk of the columns.
     run_pieces(run, split_even(n_groups, WALK_CHUNK * 4) if compiled else [(0, n_groups)])
