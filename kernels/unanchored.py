@@ -46,7 +46,7 @@ import numpy as np
 
 from . import scan as S
 from .scan import register_jitable
-from .threads import run_pieces, split, split_even
+from .threads import run_pieces, split
 
 # UnanchoredTables.match_thread's mark of an empty match (pattern/dfa.py).
 EMPTY_MATCH = -2
@@ -517,19 +517,29 @@ def _labels(classes, ends, codes, pre, tables, starts, kernels, threads: bool) -
     n_groups = -(-ends.shape[0] // WALK_CHUNK)
     begins = np.empty(n_groups, dtype=np.int64)
     lineage, class_shift, thread_shift = flat_lineage(tables)
-    groups_before = np.arange(n_groups + 1, dtype=np.int64) * WALK_CHUNK
     _in_pieces(lambda a, b: kernels[2](
         np.int64(a), np.int64(b), classes, ends, codes, pre, lineage, np.int64(class_shift),
-        np.int64(thread_shift), starts, begins), groups_before, threads)  # labels into pre
+        np.int64(thread_shift), starts, begins), _rows_before_groups(ends, n_groups),
+        threads)                                          # the labels go into pre
     label_offsets = np.zeros(ends.shape[0] + 1, dtype=np.int64)
     np.cumsum(ends - starts, out=label_offsets[1:])
     total = int(label_offsets[-1])
     labels = np.empty(total, dtype=np.int16)
     excluded = np.empty(total, dtype=np.bool_)
-    labels_before = label_offsets[np.minimum(groups_before, ends.shape[0])]
+    labels_before = label_offsets[np.minimum(np.arange(n_groups + 1) * WALK_CHUNK,
+                                             ends.shape[0])]
     _in_pieces(lambda a, b: kernels[3](np.int64(a), np.int64(b), label_offsets, begins, pre,
                                        labels, excluded), labels_before, threads)
     return label_offsets, labels, excluded
+
+
+def _rows_before_groups(ends: np.ndarray, n_groups: int) -> np.ndarray:
+    """The rows before each group of ``WALK_CHUNK`` matches (and after the
+    last), as an offsets array: the walks' work, up to the rows between
+    matches."""
+    bounds = np.zeros(n_groups + 1, dtype=np.int64)
+    bounds[1:] = ends[np.minimum(np.arange(1, n_groups + 1) * WALK_CHUNK, ends.shape[0]) - 1]
+    return bounds
 
 
 def _errors(scan_hi: np.ndarray) -> np.ndarray:
@@ -695,8 +705,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
                            orient[0], none[0], keys[1], walk.ext_member[1], orient[1],
                            none[1], *ext_rows, ext_val[0], ext_val[1], ext_nan)
     # One hand-off to the thread pool for all the pieces (the kernel drops
-    # the GIL), not a parallel launch per chunk of the columns.
-    run_pieces(run, split_even(n_groups, WALK_CHUNK * 4) if compiled else [(0, n_groups)])
+    # the GIL), not a parallel launch per chunk of the columns; pieces of
+    # about equal rows (matches are longer in some partitions than others).
+    _in_pieces(run, _rows_before_groups(ends, n_groups), compiled)
     label_offsets = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(ends - starts, out=label_offsets[1:])
 
