@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import buffers as B
 from . import scan as S
 from .scan import register_jitable
 from .threads import run_pieces, split
@@ -488,8 +489,8 @@ def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool) -> t
     t = tables
     moves, shift = pack_moves(t)
     end_code = np.where(t.end_thread >= 0, t.end_thread + 2, 0).astype(np.int32)
-    pre = np.empty(n, dtype=np.int16 if t.n_states <= np.iinfo(np.int16).max else np.int32)
-    out = np.empty(n, dtype=np.int64)
+    pre = B.empty(n, np.int16 if t.n_states <= np.iinfo(np.int16).max else np.int32)
+    out = B.empty(n, np.int64)
     counts = np.zeros(n_parts, dtype=np.int64)
     kernels = _cpu_kernels(compiled)
     rows_before = offsets - offsets[0]
@@ -500,10 +501,10 @@ def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool) -> t
     matches_before = np.zeros(n_parts + 1, dtype=np.int64)
     np.cumsum(counts, out=matches_before[1:])
     n_matches = int(matches_before[-1])
-    ends = np.empty(n_matches, dtype=np.int64)
-    codes = np.empty(n_matches, dtype=np.int32)
-    partitions = np.empty(n_matches, dtype=np.int64)
-    numbers = np.empty(n_matches, dtype=np.int64)
+    ends = B.empty(n_matches, np.int64)
+    codes = B.empty(n_matches, np.int32)
+    partitions = B.empty(n_matches, np.int64)
+    numbers = B.empty(n_matches, np.int64)
     _in_pieces(lambda a, b: kernels[1](
         np.int64(a), np.int64(b), matches_before[a], counts, scan_lo, out, ends, codes,
         partitions, numbers), matches_before, compiled)
@@ -521,16 +522,24 @@ def _labels(classes, ends, codes, pre, tables, starts, kernels, threads: bool) -
         np.int64(a), np.int64(b), classes, ends, codes, pre, lineage, np.int64(class_shift),
         np.int64(thread_shift), starts, begins), _rows_before_groups(ends, n_groups),
         threads)                                          # the labels go into pre
-    label_offsets = np.zeros(ends.shape[0] + 1, dtype=np.int64)
-    np.cumsum(ends - starts, out=label_offsets[1:])
+    label_offsets = _label_offsets(starts, ends)
     total = int(label_offsets[-1])
-    labels = np.empty(total, dtype=np.int16)
-    excluded = np.empty(total, dtype=np.bool_)
+    labels = B.empty(total, np.int16)
+    excluded = B.empty(total, np.bool_)
     labels_before = label_offsets[np.minimum(np.arange(n_groups + 1) * WALK_CHUNK,
                                              ends.shape[0])]
     _in_pieces(lambda a, b: kernels[3](np.int64(a), np.int64(b), label_offsets, begins, pre,
                                        labels, excluded), labels_before, threads)
     return label_offsets, labels, excluded
+
+
+def _label_offsets(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Where each match's labels begin in the CSR layout, and the total."""
+    offsets = B.empty(ends.shape[0] + 1, np.int64)
+    offsets[0] = 0
+    np.subtract(ends, starts, out=offsets[1:])
+    np.cumsum(offsets[1:], out=offsets[1:])
+    return offsets
 
 
 def _rows_before_groups(ends: np.ndarray, n_groups: int) -> np.ndarray:
@@ -561,7 +570,7 @@ def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
     offsets = np.asarray(offsets, dtype=np.int64)
     ends, codes, partitions, _, pre, scan_hi, kernels = _scan(classes, offsets, tables,
                                                               compiled)
-    starts = np.empty_like(ends)
+    starts = B.empty(ends.shape[0], np.int64)
     paths = _labels(classes, ends, codes, pre, tables, starts, kernels, compiled)
     return (starts, ends, partitions, _errors(scan_hi)) + paths
 
@@ -665,12 +674,12 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     ends, codes, partitions, numbers, pre, scan_hi, kernels = _scan(classes, offsets, tables,
                                                                     compiled)
     m = ends.shape[0]
-    starts = np.empty_like(ends)
+    starts = B.empty(m, np.int64)
     n_edge, n_ext = walk.edge_col.shape[0], walk.ext_col.shape[0]
-    edge_out = np.empty((n_edge, m), dtype=np.uint64)
-    ext_row = np.empty((n_ext, m), dtype=np.int64)
-    ext_val = [np.empty(m if x < n_ext else 1,
-                        np.float64 if x >= n_ext or walk.ext_float[x] else np.int64)
+    edge_out = B.empty((n_edge, m), np.uint64)
+    ext_row = B.empty((n_ext, m), np.int64)
+    ext_val = [B.empty(m if x < n_ext else 1,
+                       np.float64 if x >= n_ext or walk.ext_float[x] else np.int64)
                for x in range(WALK_EXTREMES)]
     n_groups = -(-m // WALK_CHUNK)
     ext_nan = np.zeros((max(n_groups, 1), WALK_EXTREMES), dtype=np.bool_)
@@ -708,11 +717,10 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     # the GIL), not a parallel launch per chunk of the columns; pieces of
     # about equal rows (matches are longer in some partitions than others).
     _in_pieces(run, _rows_before_groups(ends, n_groups), compiled)
-    label_offsets = np.zeros(m + 1, dtype=np.int64)
-    np.cumsum(ends - starts, out=label_offsets[1:])
+    label_offsets = _label_offsets(starts, ends)
 
     def paths() -> tuple:
-        got = _labels(classes, ends, codes, pre, tables, np.empty_like(ends), kernels,
+        got = _labels(classes, ends, codes, pre, tables, B.empty(m, np.int64), kernels,
                       compiled)
         return got[1], got[2]
     walked = {"numbers": numbers, "edges": edge_out, "ext_rows": ext_row,

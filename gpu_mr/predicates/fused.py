@@ -63,6 +63,7 @@ import pyarrow.compute as pc
 from ..analysis import CheckedQuery
 from ..frames import SortedInput
 from ..kernels import registers as K
+from ..kernels import buffers
 from ..kernels.threads import run_all
 from ..syntax import ast as A
 from . import masks as M
@@ -406,7 +407,7 @@ class _Shape:
             columns = [pa.chunked_array([_window(col, 0, n)]) for col in columns]
             pieces = [(0, n, 0, n)]
         offsets = _readonly(np.asarray(data.partition_offsets, dtype=np.int64))
-        bits = np.empty(n, dtype=dtype)
+        bits = buffers.empty(n, dtype)
         tasks = []
         for ws, we, r0, r1 in pieces:
             args = []
