@@ -22,19 +22,14 @@ import numpy as np
 from numba import cuda
 
 from . import compiled_once
+from .gpu_positions import partition_of
 
 
 def horizon_at(s, values, valid, last, offsets):
     """The horizon of row ``s`` (see the module docstring)."""
     if not valid[s]:
         return s
-    lo, hi = 0, offsets.shape[0] - 1            # the partition p with offsets[p] <= s
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if offsets[mid] <= s:
-            lo = mid
-        else:
-            hi = mid
+    lo = partition_of(s, offsets, 0, offsets.shape[0] - 1)    # s's partition
     end = offsets[lo + 1]
     a, b = s, end                               # first q in [s, end) out of time
     bound = last[s]

@@ -20,6 +20,7 @@ import numpy as np
 from numba import cuda
 
 from . import compiled_once
+from .scan import register_jitable
 
 
 # Rows per block of the two-level search: each block's first and last rows'
@@ -28,6 +29,7 @@ from . import compiled_once
 BLOCK_SHIFT = 10
 
 
+@register_jitable
 def partition_of(r, offsets, lo, hi):
     """The partition p with ``offsets[p] <= r < offsets[p + 1]``, the last
     such p when empty partitions share an offset, searched among
@@ -45,15 +47,13 @@ def partition_of(r, offsets, lo, hi):
 def kernels():
     """The kernels by name (numba.cuda compiles each on its first launch)."""
     # module-global ``cuda``: the simulator swaps in its own (see gpu_scan.py)
-    find = cuda.jit(device=True)(partition_of)
-
     @cuda.jit
     def positions(offsets, block_first, pos, rest):
         r = cuda.grid(1)
         n = offsets[offsets.shape[0] - 1]
         if r < n:
             b = r >> BLOCK_SHIFT
-            p = find(r, offsets, block_first[b], block_first[b + 1] + 1)
+            p = partition_of(r, offsets, block_first[b], block_first[b + 1] + 1)
             if pos.shape[0] > 0:
                 pos[r] = r - offsets[p]
             if rest.shape[0] > 0:
