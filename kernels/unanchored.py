@@ -159,6 +159,22 @@ def _walk_row(classes, pre, lineage, class_shift, thread_shift, q, t):
 
 
 @register_jitable
+def _next_thread(step, t, starts, i):
+    """The walk's thread for the row before: the parent in ``step``. A
+    branch, not arithmetic: a match's thread changes rarely (on tick data,
+    at its start only), so the CPU predicts it unchanged and issues the
+    next row's lookup without waiting for this one (a chain of dependent
+    loads otherwise: the bare walk 16.7 against 14.4 ms on v_shape, 1e7
+    rows). The store, overwritten when the match's start is known, only
+    keeps the compiler from turning the branch back into arithmetic."""
+    parent = step & 0xFFFF
+    if parent != t:
+        starts[i] = -1
+        return parent
+    return t
+
+
+@register_jitable
 def walk_matches(classes, first, last, ends, codes, pre, lineage, class_shift, thread_shift,
                  starts):
     """For matches ``first .. last-1`` (exclusive end ``ends[i]``, code as
@@ -182,9 +198,9 @@ def walk_matches(classes, first, last, ends, codes, pre, lineage, class_shift, t
                 p -= 1
                 # the mark as the sign: bit 15 of an int16, and int32 alike
                 pre[p] = ((step >> 16) & 0x7FFF) - (((step >> 32) & 1) << 15)
-                t = step & 0xFFFF
                 if (step >> 33) & 1:
                     break
+                t = _next_thread(step, t, starts, i)
         starts[i] = q
     return p
 
@@ -295,9 +311,9 @@ def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, 
                 if n_ext > 1:
                     v1, b1, f1, nan1 = _extreme_row(keys1, member1, orient1, none1, var, q,
                                                     ulo, v1, b1, f1, nan1)
-                t = step & 0xFFFF
                 if (step >> 33) & 1:
                     break
+                t = _next_thread(step, t, starts, ui)
         starts[ui] = np.int64(q)
         if n_edge > 0 and c == 1:       # an empty match: no row (the caller makes it NULL)
             edge_out0[ui] = 0
