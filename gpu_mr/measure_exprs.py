@@ -120,14 +120,8 @@ def row_values(query: CheckedQuery, data: SortedInput, expr: A.Expr,
     variable), or raises or is inexact at some row (the interpreter then
     evaluates it only where counted)."""
     t = expr.type
-    if t is None or t.kind not in _OUT_KINDS:
+    if t is None or t.kind not in _OUT_KINDS or not reads_row_only(expr, var):
         return None
-    for node in expr.walk():
-        if (isinstance(node, (A.Classifier, A.MatchNumber, A.Aggregate, A.Subquery))
-                or (isinstance(node, A.Navigation) and node.kind not in ("PREV", "NEXT"))
-                or (isinstance(node, A.Call) and node.name in _CLOCK)
-                or (isinstance(node, A.ColumnRef) and node.var not in (None, var))):
-            return None
     ctx = M._Context(data, M._default_now())
     try:
         with np.errstate(all="ignore"):
@@ -140,6 +134,19 @@ def row_values(query: CheckedQuery, data: SortedInput, expr: A.Expr,
         return _to_arrow(v, v.valid, t)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None
+
+
+def reads_row_only(expr: A.Expr, var: Optional[str]) -> bool:
+    """Whether an aggregate's argument reads only the row it aggregates
+    (its columns, unqualified or of ``var``, PREV/NEXT of them, scalar
+    functions): what :func:`row_values` can evaluate at every row."""
+    for node in expr.walk():
+        if (isinstance(node, (A.Classifier, A.MatchNumber, A.Aggregate, A.Subquery))
+                or (isinstance(node, A.Navigation) and node.kind not in ("PREV", "NEXT"))
+                or (isinstance(node, A.Call) and node.name in _CLOCK)
+                or (isinstance(node, A.ColumnRef) and node.var not in (None, var))):
+            return False
+    return True
 
 
 class _LeafEval(M._Eval):

@@ -58,8 +58,8 @@ from .frames import CHUNK_MIN_ROWS, MANY_CHUNKS, SortedInput, _string_piece, _va
 from . import measure_exprs
 from .interpreter import INT64_MAX, INT64_MIN, Interpreter, MatchView, _nav_var
 from .kernels import gather as G
-from .kernels.segmented import (JIT_MIN_ELEMENTS, Segments, find_members, segmented_arg_extreme,
-                                segmented_count, segmented_sum)
+from .kernels.segmented import (EVERY_ROW, JIT_MIN_ELEMENTS, Segments, find_members,
+                                segmented_arg_extreme, segmented_count, segmented_sum)
 from .kernels.threads import run_pieces, split, split_even
 from .pattern.nfa import compile_nfa, edge_variables
 from .syntax import ast as A
@@ -354,7 +354,10 @@ def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
     match's last row)`` for FIRST/LAST at the match's edge, ``(column
     index, float keys, MAX, variable ids or None: all)`` for MIN/MAX -- or
     None when some measure needs the labels (they are then written by the
-    walk as usual). Columns: 8-byte numbers, timestamps and durations
+    walk as usual). An aggregate over every row of the match (``SUM(price
+    * volume)``, no variable) needs none either: the segmented kernels read
+    only the rows from each match's start (kernels/segmented.py
+    ``EVERY_ROW``). Columns: 8-byte numbers, timestamps and durations
     without NULLs, chunked alike. Why: the walk's chain of dependent
     lookups leaves room for these loads, which as passes of their own read
     the columns again (kernels/unanchored.py ``walk_measures``)."""
@@ -398,18 +401,22 @@ def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
         if isinstance(e, A.Aggregate):
             if e.star:
                 return e.var is None and e.name == "COUNT"
-            if (e.name not in ("MIN", "MAX") or e.distinct or e.over_order or len(e.args) != 1
-                    or not isinstance(e.args[0], A.ColumnRef)):
+            if (e.name not in ("COUNT", "SUM", "AVG", "MIN", "MAX") or e.distinct
+                    or e.over_order or len(e.args) != 1):
                 return False
             ref = e.args[0]
-            c = column(ref.resolved)
-            if c is None:
-                return False
-            member = None if e.var is None else var_ids[e.var]
-            floats = data.table.column(ref.resolved).type == pa.float64()
-            extremes.setdefault((ref.resolved, e.name == "MAX", member),
-                                (c, floats, e.name == "MAX", member))
-            return True
+            if e.name in ("MIN", "MAX") and isinstance(ref, A.ColumnRef):
+                c = column(ref.resolved)
+                member = None if e.var is None else var_ids[e.var]
+                key = (ref.resolved, e.name == "MAX", member)
+                if c is not None and (member is not None or key in extremes
+                                      or len(extremes) < WALK_EXTREMES):
+                    floats = data.table.column(ref.resolved).type == pa.float64()
+                    extremes.setdefault(key, (c, floats, e.name == "MAX", member))
+                    return True
+            # Over every row of the match: the segmented kernels read no
+            # labels (kernels/segmented.py EVERY_ROW), only the match's rows.
+            return e.var is None and measure_exprs.reads_row_only(ref, None)
         found = measure_exprs.leaves(e)
         return (found is not None and not any(leaf is e for leaf in found)   # CLASSIFIER
                 and all(label_free(leaf) for leaf in found))
@@ -1382,21 +1389,23 @@ class _Vectors:
                 [np.ones(c[1] - c[0], bool) if c[3] is None else c[3] for c in chunks]))
             chunks = [(0, chunks[-1][1], values, valid)]
         if len(chunks) == 1:
-            seg = Segments(member, ma.labels, ma.start, ma.label_offsets, chunks[0][3],
+            seg = Segments(member, self._labels(ids), ma.start, ma.label_offsets, chunks[0][3],
                            per_element)
             got = call(chunks[0][2], seg, None, counts)
             return got if isinstance(got, tuple) else (got, False)
-        size = ma.labels.shape[0] if per_element else len(ma)
+        elements = int(ma.label_offsets[-1])
+        size = elements if per_element else len(ma)
         out = np.empty(size, dtype)
         flag = False
-        compiled = ma.labels.shape[0] >= JIT_MIN_ELEMENTS
+        compiled = elements >= JIT_MIN_ELEMENTS
+        labels = self._labels(ids)
         for kind, a, b, ci in self._chunk_jobs(chunks):
             lo, hi, values, valid = chunks[ci]
             if kind == "cross":                # the match's rows, copied out of each chunk
                 lo = int(ma.start[a])
                 values, valid = _rows_across(
                     chunks, lo, lo + int(ma.label_offsets[b] - ma.label_offsets[a]))
-            seg = Segments(member, ma.labels, ma.start[a:b] - lo, ma.label_offsets[a:b + 1],
+            seg = Segments(member, labels, ma.start[a:b] - lo, ma.label_offsets[a:b + 1],
                            valid, per_element, compiled)
             target = out if per_element else out[a:b]
             got = call(values, seg, target,
@@ -1410,8 +1419,13 @@ class _Vectors:
 
     def _segments(self, ids, valid, per_element: bool) -> Segments:
         ma = self.ma
-        return Segments(self._member(ids), ma.labels, ma.start, ma.label_offsets, valid,
+        return Segments(self._member(ids), self._labels(ids), ma.start, ma.label_offsets, valid,
                         per_element)
+
+    def _labels(self, ids) -> np.ndarray:
+        """The labels an aggregate over ``ids`` reads: none when every row
+        counts (None), so that the engine need not write them."""
+        return EVERY_ROW if ids is None else self.ma.labels
 
     def _pick(self, per: np.ndarray, final: bool, fill) -> np.ndarray:
         """Per-match (final) or per-element (running) results at each output row."""
@@ -1469,7 +1483,7 @@ class _Vectors:
             return self._gather(ref, self._pick(rows, final, -1))
         floats = chunks[0][2].dtype.kind == "f"
         # the counts come from the same walk as the sums
-        count = np.empty(self.ma.labels.shape[0] if not final else len(self.ma), np.int64)
+        count = np.empty(int(self.ma.label_offsets[-1]) if not final else len(self.ma), np.int64)
         sums, overflow = self._segmented(
             lambda v, seg, out, counts: segmented_sum(v, seg, out, counts), chunks, ids,
             not final, np.float64 if floats else np.int64, counts=count)

@@ -38,16 +38,20 @@ JIT_MIN_ELEMENTS = 2_000
 # Every kernel walks segments (matches): segment i owns elements
 # offsets[i]:offsets[i + 1], element e is row starts[i] + e - offsets[i] and
 # counts when member[labels[e]] (the aggregated variable) and, if has_valid,
-# valid[row] (the value is not NULL). With per_element each element gets the
-# value so far (RUNNING in ALL ROWS); else each segment gets its total.
+# valid[row] (the value is not NULL). Empty ``labels`` (EVERY_ROW): every
+# element is a member, so an aggregate over all of a match's rows never
+# makes the engine write the labels (engines/base.py DeferredMatchArrays).
+# With per_element each element gets the value so far (RUNNING in ALL
+# ROWS); else each segment gets its total.
 
 def segment_count(valid, has_valid, member, labels, starts, offsets, per_element, out):
     """Counted elements so far."""
+    every = labels.shape[0] == 0
     for i in range(offsets.shape[0] - 1):
         c = 0
         base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
-            if member[labels[e]] and (not has_valid or valid[base + e]):
+            if (every or member[labels[e]]) and (not has_valid or valid[base + e]):
                 c += 1
             if per_element:
                 out[e] = c
@@ -60,13 +64,14 @@ def segment_sum_int(values, valid, has_valid, member, labels, starts, offsets, p
     """Int64 sums so far, and in ``counts`` (unless empty) the counted
     elements so far (AVG needs both: one walk); True (and stop) when a sum
     leaves the BIGINT range."""
+    every = labels.shape[0] == 0
     with_counts = counts.shape[0] > 0
     for i in range(offsets.shape[0] - 1):
         acc = 0
         n = 0
         base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
-            if member[labels[e]] and (not has_valid or valid[base + e]):
+            if (every or member[labels[e]]) and (not has_valid or valid[base + e]):
                 x = int(values[base + e])
                 if (x > 0 and acc > INT64_MAX - x) or (x < 0 and acc < INT64_MIN - x):
                     return True
@@ -89,6 +94,7 @@ def segment_sum_float(values, valid, has_valid, member, labels, starts, offsets,
     first, then left to right, compensated on Python >= 3.12 (Neumaier, with
     CPython's final correction rule); counts as ``segment_sum_int``. True
     when a counted value is NaN."""
+    every = labels.shape[0] == 0
     with_counts = counts.shape[0] > 0
     nan = False
     for i in range(offsets.shape[0] - 1):
@@ -97,7 +103,7 @@ def segment_sum_float(values, valid, has_valid, member, labels, starts, offsets,
         n = 0
         base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
-            if member[labels[e]] and (not has_valid or valid[base + e]):
+            if (every or member[labels[e]]) and (not has_valid or valid[base + e]):
                 x = float(values[base + e])
                 nan |= x != x
                 if n == 0:
@@ -128,13 +134,14 @@ def segment_arg_extreme(keys, valid, has_valid, member, labels, starts, offsets,
     """The row of the MIN (MAX if ``want_max``) key so far, the first of
     equal ones (as Python's ``min``/``max``); -1 before any. True when a
     counted key is NaN (where Python's answer depends on the order)."""
+    every = labels.shape[0] == 0
     nan = False
     for i in range(offsets.shape[0] - 1):
         best = -1
         base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
             r = base + e
-            if member[labels[e]] and (not has_valid or valid[r]):
+            if (every or member[labels[e]]) and (not has_valid or valid[r]):
                 nan |= keys[r] != keys[r]
                 if best < 0:
                     best = r
@@ -212,13 +219,16 @@ def kernels(n: int, compiled=None) -> tuple:
 
 _NO_VALID = np.ones(1, dtype=bool)
 _NO_ROWS = np.zeros(0, dtype=np.int64)
+#: The ``labels`` of segments whose every element counts (see above).
+EVERY_ROW = np.zeros(0, dtype=np.int16)
 
 
 class Segments:
     """The shared arguments: ``member`` (bool per variable id: the rows that
-    count), ``labels`` (per element), ``starts`` (first row per segment),
-    ``offsets`` (segment bounds in elements), ``valid`` (per row, or None: no
-    NULL), ``per_element``, and ``compiled`` (see :func:`kernels`)."""
+    count), ``labels`` (per element; :data:`EVERY_ROW`: all count), ``starts``
+    (first row per segment), ``offsets`` (segment bounds in elements),
+    ``valid`` (per row, or None: no NULL), ``per_element``, and ``compiled``
+    (see :func:`kernels`)."""
 
     def __init__(self, member, labels, starts, offsets, valid=None, per_element=False,
                  compiled=None):
@@ -226,8 +236,10 @@ class Segments:
         self.valid = _NO_VALID if valid is None else valid
         self.has_valid = valid is not None
         self.per_element = bool(per_element)
-        self.size = labels.shape[0] if per_element else offsets.shape[0] - 1
-        self.k = kernels(labels.shape[0], compiled)
+        # element indices are global: a per-element output spans all before the last
+        self.size = (int(offsets[-1]) if offsets.shape[0] else 0) if per_element \
+            else offsets.shape[0] - 1
+        self.k = kernels(int(offsets[-1] - offsets[0]) if offsets.shape[0] else 0, compiled)
 
     def args(self):
         return (self.valid, self.has_valid, self.member, self.labels, self.starts, self.offsets,

@@ -169,9 +169,31 @@ def test_engine_with_walked_measures_equals_reference(extremes, nan):
     assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
 
 
+@pytest.mark.parametrize("aggregates", [
+    "SUM(price * vol) AS pv, SUM(vol) AS sv, AVG(price) AS mean, COUNT(qty) AS nq",
+    "SUM(qty) AS sq, AVG(qty * 2.5) AS aq, SUM(ABS(price - 100.0)) AS sp, COUNT(price) AS np",
+    # two MIN/MAX in the walk, the rest over every row by the segmented kernels
+    "MIN(B.price) AS lo, MAX(U.vol) AS hi, MIN(price + vol) AS m, MAX(ts) AS t, "
+    "MIN(qty) AS mq"])
+def test_aggregates_over_every_row_need_no_labels(aggregates):
+    table = _table(3000, 3)
+    rng = np.random.default_rng(4)
+    qty = rng.integers(0, 50, table.num_rows).astype(float)
+    table = table.append_column("qty", pa.array(qty, mask=rng.random(table.num_rows) < 0.2))
+    clause = MEASURED.format(extremes=aggregates)
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    assert measures.walk_request(query, data) is not None
+    found = CpuEngine().find_matches(query, data)
+    got = measures.assemble(query, data, found)
+    assert found._paths is not None                 # the labels were never needed
+    assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
+
+
 @pytest.mark.parametrize("measure", ["CLASSIFIER() AS c", "COUNT(B.*) AS nb",
                                      "MIN(B.price) AS a, MAX(B.price) AS b, MIN(C.price) AS c",
-                                     "LAST(B.price) AS lb"])
+                                     "LAST(B.price) AS lb", "SUM(B.vol) AS sb",
+                                     "AVG(U.price) AS au"])
 def test_measures_that_read_labels_keep_the_labelled_walk(measure):
     table = _table(500, 2)
     clause = MEASURED.replace("{extremes}", measure)
