@@ -167,6 +167,11 @@ CONSTRUCTS = [
     # CASE, COALESCE, NULLIF, GREATEST, LEAST
     "CASE WHEN j = 0 THEN 0 ELSE i / j END > 0", "CASE j WHEN 0 THEN 1 WHEN 1 THEN 2 END = 2",
     "CASE WHEN b THEN d ELSE i END > 1", "CASE WHEN b THEN f END > 0",
+    # string constants chosen per row (one take), mixed with a column, NULL
+    "CASE WHEN i > 2 THEN 'hi' WHEN j > 0 THEN 'mid' ELSE 'lo' END = 'mid'",
+    "CASE WHEN i > 2 THEN 'hi' WHEN b THEN NULL END IS NULL",
+    "CASE j WHEN 0 THEN 'zero' WHEN 1 THEN s END = 'ab'",
+    "CASE WHEN b THEN 'ß' ELSE 'x' END || s = 'ßab'",
     "COALESCE(i, j, 0) > 0", "COALESCE(d, f) > 1", "NULLIF(i, 3) IS NULL", "NULLIF(s, '') = 'ab'",
     "GREATEST(i, j) > 2", "LEAST(f, 1) < 1", "GREATEST(d, j, 0.5) > 1", "LEAST(s, 'b') = 'ab'",
     "GREATEST(f, 0) = f", "LEAST(ts, dt) < TIMESTAMP '2024-01-01 00:00:00'",

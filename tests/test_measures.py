@@ -707,3 +707,25 @@ def test_decimal_measure_expressions_match_the_interpreter(forms, var, k, rows, 
     data = sort_for_matching(table, query.partition_columns, query.order_keys)
     found = ReferenceEngine().find_matches(query, data)
     assert_assembly_is_the_interpreters(query, data, found, clause)
+
+
+def test_case_choosing_string_constants_per_match_equals_the_reference():
+    """A CASE among string constants (and NULL, and a computed string) is
+    built by one take from the constants (masks.py ``_choose_strings``)."""
+    import gpu_mr
+    rng = np.random.default_rng(5)
+    n = 4000
+    table = pa.table({"ts": np.arange(n),
+                      "price": np.round(100 + np.cumsum(rng.normal(size=n))),
+                      "v": pa.array(rng.integers(0, 5, n), mask=rng.random(n) < 0.1)})
+    clause = """ORDER BY ts
+        MEASURES CASE WHEN COUNT(*) > 4 THEN 'long' WHEN COUNT(*) = 4 THEN NULL
+                      ELSE 'short' END AS kind,
+                 CASE WHEN MAX(v) > 3 THEN 'big' END AS big,
+                 CASE MIN(v) WHEN 0 THEN 'zero' WHEN 1 THEN CAST(COUNT(*) AS VARCHAR)
+                      ELSE 'ß' END AS low
+        ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
+        PATTERN (S D+ U+) DEFINE D AS price < PREV(price), U AS price > PREV(price)"""
+    got = gpu_mr.match_recognize(table, clause, engine="cpu")
+    assert set(got.column("kind").to_pylist()) == {"long", "short", None}
+    assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))

@@ -430,6 +430,18 @@ def _default_now() -> dict:
 # Columns with validity and deferred errors
 # =====================================================================
 
+def _choose_strings(branches: list, n: int) -> pa.Array:
+    """The strings of :meth:`_Eval.select` whose branches are all constant
+    (or NULL): per row the index of its branch, taken from the constants."""
+    choice = np.full(n, len(branches), dtype=np.int32)        # no branch: NULL
+    for j, (mask, v) in enumerate(branches):
+        if v.kind != "UNKNOWN":
+            choice[mask] = j
+    strings = pa.array([v.constant if v.kind != "UNKNOWN" else None for _, v in branches]
+                       + [None], pa.large_string())
+    return strings.take(pa.array(choice))
+
+
 class _Vec:
     """A column: ``values`` (see the module docstring for the form of each
     kind), ``valid`` (False = NULL), the decimal ``scale``, and deferred
@@ -441,8 +453,10 @@ class _Vec:
     and ``values`` is ``_shift(base, k, prev)``, built on first use, so a
     comparison with the current row can read two slices of ``base`` instead
     (:func:`_compare_direct`). Columns are shared (the context caches them),
-    so no array of a _Vec is ever written in place."""
-    __slots__ = ("kind", "_values", "valid", "scale", "err", "erow", "moved")
+    so no array of a _Vec is ever written in place. ``constant``: the
+    string of a constant VARCHAR column (:meth:`_Eval.const`), else None, so
+    that a CASE choosing among constants builds its strings once."""
+    __slots__ = ("kind", "_values", "valid", "scale", "err", "erow", "moved", "constant")
 
     def __init__(self, kind: str, values, valid: np.ndarray, scale: int = 0,
                  err: Optional[np.ndarray] = None, erow: Optional[np.ndarray] = None,
@@ -454,6 +468,7 @@ class _Vec:
         self.err = err
         self.erow = erow
         self.moved = moved
+        self.constant = None
 
     @property
     def values(self):
@@ -461,6 +476,9 @@ class _Vec:
             base, k, prev = self.moved
             self._values = _shift(base, k, prev)
             self.moved = None
+        elif self._values is None and self.constant is not None:
+            self._values = pa.repeat(pa.scalar(self.constant, pa.large_string()),
+                                     self.valid.shape[0])
         return self._values
 
     def __repr__(self) -> str:
@@ -746,8 +764,10 @@ class _Eval:
         if value is None:
             return self.nulls(kind)
         if kind == "VARCHAR":
-            values = pa.repeat(pa.scalar(value, pa.large_string()), n)
-        elif kind == "BOOLEAN":
+            out = _Vec(kind, None, np.ones(n, dtype=bool))
+            out.constant = value        # the strings built when read (see select)
+            return out
+        if kind == "BOOLEAN":
             values = np.full(n, bool(value))
         elif kind == "DOUBLE":
             values = np.full(n, float(value), dtype=np.float64)
@@ -781,11 +801,17 @@ class _Eval:
         res = self.nulls(kind)
         values, valid = res.values, res.valid
         parts = []
+        constants = kind == "VARCHAR" and all(v.kind == "UNKNOWN" or v.constant is not None
+                                              for _, v in branches)
+        if constants:                   # one take from the strings, none built per row
+            values = _choose_strings(branches, self.n)
         for mask, v in branches:
             parts.append((v, mask))
             if v.kind == "UNKNOWN":
                 continue
-            if kind == "VARCHAR":
+            if constants:
+                pass
+            elif kind == "VARCHAR":
                 values = pc.if_else(pa.array(mask, pa.bool_()), v.values, values)
             else:
                 x = v.values
