@@ -11,8 +11,9 @@ predicates/masks.py's evaluator, which reproduces the interpreter exactly
 CASE branches only where taken, the CAST rules, string and date functions).
 Output rows without a match (WITH UNMATCHED ROWS) get NULL, as every
 measure does there. An aggregate over an expression of the row
-(``SUM(A.price * A.volume)``) has its argument evaluated at every row the
-same way (:func:`row_values`) and aggregated as if it were a column.
+(``SUM(A.price * A.volume)``) has its argument evaluated at every row
+(:func:`row_values`: in one compiled pass by predicates/fused_values.py
+where it can, else the same way) and aggregated as if it were a column.
 
 Exactness: where the expression cannot be evaluated so -- a leaf the
 vectors do not compute, a construct the evaluator refuses, an ARRAY
@@ -122,6 +123,10 @@ def row_values(query: CheckedQuery, data: SortedInput, expr: A.Expr,
     t = expr.type
     if t is None or t.kind not in _OUT_KINDS or not reads_row_only(expr, var):
         return None
+    from .predicates import fused_values
+    compiled = fused_values.row_values(expr, data.table)   # one pass, where it can
+    if compiled is not None:
+        return compiled
     ctx = M._Context(data, M._default_now())
     try:
         with np.errstate(all="ignore"):
