@@ -349,12 +349,15 @@ _WALK_MAX_CHUNKS = 64
 
 def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
     """What the unanchored scan's backward walk can compute for ONE ROW
-    PER MATCH measures so that no measure reads the labels: ``(columns,
-    edges, extremes)`` -- the column names read, ``(column index, at the
-    match's last row)`` for FIRST/LAST at the match's edge, ``(column
-    index, float keys, MAX, variable ids or None: all)`` for MIN/MAX -- or
-    None when some measure needs the labels (they are then written by the
-    walk as usual). An aggregate over every row of the match (``SUM(price
+    PER MATCH measures so that no measure reads the labels: ``(bounds,
+    chunks, edges, extremes, landings)`` -- the chunk bounds and per chunk
+    the values of the columns read, ``(column index, at the match's last
+    row)`` for FIRST/LAST at the match's edge, ``(column index, float
+    keys, MAX, variable ids or None: all)`` for MIN/MAX, ``(variable ids,
+    "FIRST" or "LAST")`` for FIRST/LAST of a variable elsewhere (the walk
+    finds the row, measures.py gathers the value there) -- or None when
+    some measure needs the labels (they are then written by the walk as
+    usual). An aggregate over every row of the match (``SUM(price
     * volume)``, no variable) needs none either: the segmented kernels read
     only the rows from each match's start (kernels/segmented.py
     ``EVERY_ROW``). Columns: 8-byte numbers, timestamps and durations
@@ -363,7 +366,7 @@ def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
     the columns again (kernels/unanchored.py ``walk_measures``)."""
     if query.rows_per_match != "ONE" or not query.measures:
         return None
-    from .kernels.unanchored import WALK_EDGES, WALK_EXTREMES
+    from .kernels.unanchored import WALK_EDGES, WALK_EXTREMES, WALK_LANDINGS
     first_vars, last_vars = _edges_of(query)
     ids = {name: i for i, name in enumerate(query.primary_vars)}
     var_ids = {name: (i,) for name, i in ids.items()}
@@ -371,6 +374,7 @@ def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
         var_ids[name] = tuple(sorted(ids[x] for x in members))
     edges: dict = {}
     extremes: dict = {}
+    landings: dict = {}
     columns: dict = {}
 
     def column(name: str) -> Optional[int]:
@@ -392,8 +396,15 @@ def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
             return at_edge(e.var, "LAST")
         if isinstance(e, A.Navigation):
             if not (isinstance(e.arg, A.ColumnRef) and e.kind in ("FIRST", "LAST")
-                    and int(e.offset.value) == 0 and at_edge(e.arg.var, e.kind)):
+                    and int(e.offset.value) == 0):
                 return False
+            if not at_edge(e.arg.var, e.kind):
+                # the row it lands on, found by the walk; the value gathered there
+                key = (var_ids[e.arg.var], e.kind)
+                if key not in landings and len(landings) >= WALK_LANDINGS:
+                    return False
+                landings.setdefault(key, len(landings))
+                return True
             c = column(e.arg.resolved)
             if c is not None and len(edges) < WALK_EDGES:     # more: gathered as usual
                 edges.setdefault((e.arg.resolved, e.kind == "LAST"), (c, e.kind == "LAST"))
@@ -431,7 +442,7 @@ def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
     chunks = [tuple(np.frombuffer(cs[k].buffers()[1], dtype=np.uint64,
                                   count=cs[k].offset + len(cs[k]))[cs[k].offset:]
                     for cs in chunked) for k in range(len(chunked[0]) if names else 0)]
-    return (bounds[0] if names else (0,), chunks, edges, extremes)
+    return (bounds[0] if names else (0,), chunks, edges, extremes, list(landings))
 
 
 # ------------------------------------------------------------ interpreter path
@@ -1114,7 +1125,11 @@ class _Vectors:
         if got is None:
             ma = self.ma
             first = ma.label_offsets[:-1]
-            if ids is None or self._at_edge(ids, kind, k):
+            walked = self.walked.get(("landing", ids, kind)) if k == 0 else None
+            if walked is not None:          # the engine's walk found the rows
+                got = walked if as_rows else np.where(walked >= 0,
+                                                      walked - ma.start + first, -1)
+            elif ids is None or self._at_edge(ids, kind, k):
                 if as_rows:
                     edge = ma.start if kind == "FIRST" else ma.end
                 else:

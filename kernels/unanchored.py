@@ -210,6 +210,7 @@ def walk_matches(classes, first, last, ends, codes, pre, lineage, class_shift, t
 # loop over a tuple of columns cost twice the walk's own time).
 WALK_EDGES = 4
 WALK_EXTREMES = 2
+WALK_LANDINGS = 2
 
 
 def toward_min(key, orient):
@@ -259,11 +260,22 @@ def _extreme_row(keys, member, orient, none, var, q, ulo, v, b, f, nan):
 
 
 @register_jitable
+def _landing_row(member, first, var, q, row):
+    """One walked row ``q`` (variable ``var``) of a landing: walking
+    backwards, FIRST takes every member row (the earliest stays), LAST the
+    first one met. A mask, not a branch: which rows are members is data."""
+    take = np.int64(member[var]) & (np.int64(first) | np.int64(row < 0))
+    qi = np.int64(q)
+    return row ^ (-take & (qi ^ row))
+
+
+@register_jitable
 def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, thread_shift,
                   starts, lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0,
                   edge_out1, edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0,
                   keys1, member1, orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1,
-                  ext_nan):
+                  ext_nan, n_land, land_member0, land_first0, land_member1, land_first1,
+                  land_out0, land_out1):
     """:func:`walk_matches` for ONE ROW PER MATCH measures, labels not
     written (``pre`` is left as it is): for matches ``first .. last-1``, set
     ``starts[i]`` and, from columns read from row ``lo`` on (every row of
@@ -278,7 +290,11 @@ def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, 
     direction) over the rows mapped to a variable ``v`` with
     ``member<x>[v]``, the first of equal keys, -1 for none;
     ``ext_val<x>[i]`` its key (left alone for none); ``ext_nan[x]`` set when
-    a counted key is NaN (the row is then meaningless).
+    a counted key is NaN (the row is then meaningless);
+    for the first ``n_land`` (at most ``WALK_LANDINGS``) landings ``l``,
+    ``land_out<l>[i]``: the first row (``land_first<l>``) or the last of the
+    match mapped to a variable ``v`` with ``land_member<l>[v]``, -1 for none
+    (FIRST/LAST of a variable a match need not begin or end with).
     Why here: the walk is a chain of dependent lookups, so these loads and
     comparisons, independent of it, overlap with it, where passes of their
     own after the walk would read the columns again. A MAX is a MIN of
@@ -300,6 +316,8 @@ def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, 
         b1 = np.int64(-1)
         f0 = np.int64(-1)           # the earliest counted rows
         f1 = np.int64(-1)
+        l0 = np.int64(-1)           # the landings' rows so far
+        l1 = np.int64(-1)
         if c != 1:
             while True:
                 q -= np.uint64(1)
@@ -311,10 +329,18 @@ def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, 
                 if n_ext > 1:
                     v1, b1, f1, nan1 = _extreme_row(keys1, member1, orient1, none1, var, q,
                                                     ulo, v1, b1, f1, nan1)
+                if n_land > 0:
+                    l0 = _landing_row(land_member0, land_first0, var, q, l0)
+                    if n_land > 1:
+                        l1 = _landing_row(land_member1, land_first1, var, q, l1)
                 if (step >> 33) & 1:
                     break
                 t = _next_thread(step, t, starts, ui)
         starts[ui] = np.int64(q)
+        if n_land > 0:
+            land_out0[ui] = l0
+            if n_land > 1:
+                land_out1[ui] = l1
         if n_edge > 0 and c == 1:       # an empty match: no row (the caller makes it NULL)
             edge_out0[ui] = 0
             if n_edge > 1:
@@ -418,7 +444,8 @@ def walk_measures_groups(classes, g0, g1, ends, codes, pre, lineage, class_shift
                          thread_shift, starts, lo, n_edge, edges0, edges1, edges2, edges3,
                          at_end, edge_out0, edge_out1, edge_out2, edge_out3, n_ext, keys0,
                          member0, orient0, none0, keys1, member1, orient1, none1, ext_row0,
-                         ext_row1, ext_val0, ext_val1, ext_nan):
+                         ext_row1, ext_val0, ext_val1, ext_nan, n_land, land_member0,
+                         land_first0, land_member1, land_first1, land_out0, land_out1):
     """:func:`walk_measures` over the groups of ``WALK_CHUNK`` matches ``g0
     .. g1-1``, whose rows lie in the columns' piece from row ``lo``
     (``ext_nan``: a row per group)."""
@@ -429,7 +456,8 @@ def walk_measures_groups(classes, g0, g1, ends, codes, pre, lineage, class_shift
                       class_shift, thread_shift, starts, lo, n_edge, edges0, edges1, edges2,
                       edges3, at_end, edge_out0, edge_out1, edge_out2, edge_out3, n_ext, keys0,
                       member0, orient0, none0, keys1, member1, orient1, none1, ext_row0,
-                      ext_row1, ext_val0, ext_val1, ext_nan[g])
+                      ext_row1, ext_val0, ext_val1, ext_nan[g], n_land, land_member0,
+                      land_first0, land_member1, land_first1, land_out0, land_out1)
 
 
 def copy_all(c0, c1, label_offsets, begins, packed, labels, excluded):
@@ -595,10 +623,11 @@ class WalkColumns:
     rows, ascending from 0), ``chunks`` (per chunk, the tuple of each
     column's values as read-only uint64 arrays), ``edges`` ((column, at
     the match's last row) pairs), ``extremes`` ((column, float keys, MAX,
-    bool per variable id: the rows that count) tuples); see
+    bool per variable id: the rows that count) tuples), ``landings`` ((bool
+    per variable id: the rows that count, FIRST) pairs); see
     :func:`walk_measures`."""
 
-    def __init__(self, bounds, chunks, edges, extremes, n_vars: int):
+    def __init__(self, bounds, chunks, edges, extremes, n_vars: int, landings=()):
         self.bounds = np.asarray(bounds, dtype=np.int64)
         self.chunks = [tuple(c) for c in chunks]
         self.edge_col = np.array([c for c, _ in edges], dtype=np.int64)
@@ -611,6 +640,14 @@ class WalkColumns:
         self.ext_member = np.zeros((WALK_EXTREMES, max(n_vars, 1)), dtype=np.bool_)
         for j, x in enumerate(extremes):
             self.ext_member[j, :len(x[3])] = x[3]
+        if len(landings) > WALK_LANDINGS:
+            raise ValueError(f"at most {WALK_LANDINGS} FIRST/LAST landings per walk")
+        self.n_land = len(landings)
+        self.land_member = np.zeros((WALK_LANDINGS, max(n_vars, 1)), dtype=np.bool_)
+        self.land_first = np.zeros(WALK_LANDINGS, dtype=np.bool_)
+        for j, (member, first) in enumerate(landings):
+            self.land_member[j, :len(member)] = member
+            self.land_first[j] = first
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
@@ -669,7 +706,8 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     ``walked``: ``{"numbers": each match's number in its partition, from 1
     (computed in passing), "edges": uint64 (edges x matches), "ext_rows": int64
     (extremes x matches), "ext_values": per extreme its values as uint64
-    words, "ext_nan": bool per extreme}``."""
+    words, "ext_nan": bool per extreme, "landings": int64 rows (landings x
+    matches, -1 none)}``."""
     offsets = np.asarray(offsets, dtype=np.int64)
     ends, codes, partitions, numbers, pre, scan_hi, kernels = _scan(classes, offsets, tables,
                                                                     compiled)
@@ -692,6 +730,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
             for x in range(WALK_EXTREMES)]
     edge_outs = [edge_out[j] if j < n_edge else np.zeros(1, np.uint64)
                  for j in range(WALK_EDGES)]
+    land_out = B.empty((walk.n_land, m), np.int64)
+    land_outs = [land_out[j] if j < walk.n_land else np.zeros(1, np.int64)
+                 for j in range(WALK_LANDINGS)]
     ext_rows = [ext_row[x] if x < n_ext else np.zeros(1, np.int64)
                 for x in range(WALK_EXTREMES)]
     pieces = []
@@ -712,7 +753,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
                            starts, np.int64(lo), np.int64(n_edge), *edges, walk.edge_end,
                            *edge_outs, np.int64(n_ext), keys[0], walk.ext_member[0],
                            orient[0], none[0], keys[1], walk.ext_member[1], orient[1],
-                           none[1], *ext_rows, ext_val[0], ext_val[1], ext_nan)
+                           none[1], *ext_rows, ext_val[0], ext_val[1], ext_nan,
+                           np.int64(walk.n_land), walk.land_member[0], walk.land_first[0],
+                           walk.land_member[1], walk.land_first[1], *land_outs)
     # One hand-off to the thread pool for all the pieces (the kernel drops
     # the GIL), not a parallel launch per chunk of the columns; pieces of
     # about equal rows (matches are longer in some partitions than others).
@@ -723,7 +766,7 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
         got = _labels(classes, ends, codes, pre, tables, B.empty(m, np.int64), kernels,
                       compiled)
         return got[1], got[2]
-    walked = {"numbers": numbers, "edges": edge_out, "ext_rows": ext_row,
+    walked = {"numbers": numbers, "edges": edge_out, "ext_rows": ext_row, "landings": land_out,
               "ext_values": [v.view(np.uint64) for v in ext_val[:n_ext]],
               "ext_nan": ext_nan.any(axis=0)[:n_ext]}
     return (starts, ends, partitions, _errors(scan_hi), label_offsets, paths, walked)

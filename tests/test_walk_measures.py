@@ -54,7 +54,8 @@ def naive(starts, ends, label_offsets, labels, column, member, want_max):
     return out
 
 
-def check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled, plain_want=False):
+def check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled, plain_want=False,
+          landings=()):
     program = program_of(pattern)
     present = sorted(set(bits)) or [0]
     dense = np.array([present.index(b) for b in bits], dtype=np.uint8)
@@ -74,7 +75,9 @@ def check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled, pla
     n_vars = 3                                      # A, B, C
     ext = [(c, c == 0, want_max, [bool(m >> v & 1) for v in range(n_vars)])
            for c, want_max, m in extremes]
-    walk = U.WalkColumns(bounds, chunks, [(0, False), (1, True), (1, False)], ext, n_vars)
+    lands = [([bool(m >> v & 1) for v in range(n_vars)], first) for m, first in landings]
+    walk = U.WalkColumns(bounds, chunks, [(0, False), (1, True), (1, False)], ext, n_vars,
+                         lands)
     got = U.run_unanchored_measured(dense, offsets, tables, walk, compiled=compiled)
     g_starts, g_ends, g_parts, g_errors, g_offsets, paths, walked = got
     for a, b in zip((g_starts, g_ends, g_parts, g_errors, g_offsets),
@@ -101,6 +104,14 @@ def check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled, pla
         assert walked["ext_rows"][x].tolist() == rows
         rows = np.array(rows, dtype=np.int64)
         assert (walked["ext_values"][x][rows >= 0] == columns[c][rows[rows >= 0]]).all()
+    for j, (member, first) in enumerate(lands):       # FIRST/LAST member row, -1 none
+        rows = []
+        for i in range(len(starts)):
+            hits = [starts[i] + e - label_offsets[i]
+                    for e in range(label_offsets[i], label_offsets[i + 1])
+                    if member[labels[e]]]
+            rows.append((hits[0] if first else hits[-1]) if hits else -1)
+        assert walked["landings"][j].tolist() == rows
     assert got[1].shape == ends.shape
 
 
@@ -116,7 +127,10 @@ def test_walk_gives_what_the_labels_give(pattern, data, compiled):
     ints = data.draw(st.lists(st.sampled_from(INTS), min_size=n, max_size=n))
     extremes = data.draw(st.lists(st.tuples(st.integers(0, 1), st.booleans(),
                                             st.integers(0, 7)), max_size=U.WALK_EXTREMES))
-    check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled)
+    landings = data.draw(st.lists(st.tuples(st.integers(0, 7), st.booleans()),
+                                  max_size=U.WALK_LANDINGS))
+    check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled,
+          landings=landings)
 
 
 def test_groups_across_chunk_borders_and_in_parallel():
@@ -128,7 +142,8 @@ def test_groups_across_chunk_borders_and_in_parallel():
     floats = rng.choice(FLOATS, n).tolist()
     ints = rng.choice(INTS, n).tolist()
     check("A B+ C+", bits, [n // 3, n // 2], [245_000, 245_001], floats, ints,
-          [(0, False, 0b010), (1, True, 0b110)], True, plain_want=True)
+          [(0, False, 0b010), (1, True, 0b110)], True, plain_want=True,
+          landings=[(0b010, False), (0b101, True)])
 
 
 def _table(n, seed, nan=False):
@@ -190,10 +205,33 @@ def test_aggregates_over_every_row_need_no_labels(aggregates):
     assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
 
 
+@pytest.mark.parametrize("landings", [
+    "LAST(B.price) AS lb", "FIRST(C.ts) AS fc, LAST(B.vol) AS lv",
+    "LAST(U.price) AS lu, FIRST(B.price) AS fb, LAST(B.price) - FIRST(B.price) AS drop",
+    "FIRST(B.qty) AS fq, LAST(B.s) AS ls"])        # a column with NULLs, a string column
+def test_first_and_last_of_a_variable_come_from_the_walk(landings):
+    table = _table(3000, 7)
+    rng = np.random.default_rng(8)
+    n = table.num_rows
+    table = table.append_column("qty", pa.array(rng.integers(0, 9, n), mask=rng.random(n) < 0.3))
+    table = table.append_column("s", pa.array([f"r{k}" for k in range(n)]))
+    clause = MEASURED.format(extremes=landings)
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    request = measures.walk_request(query, data)
+    assert request is not None and request[4]
+    found = CpuEngine().find_matches(query, data)
+    got = measures.assemble(query, data, found)
+    assert found._paths is not None                 # the labels were never needed
+    assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
+
+
 @pytest.mark.parametrize("measure", ["CLASSIFIER() AS c", "COUNT(B.*) AS nb",
                                      "MIN(B.price) AS a, MAX(B.price) AS b, MIN(C.price) AS c",
-                                     "LAST(B.price) AS lb", "SUM(B.vol) AS sb",
-                                     "AVG(U.price) AS au"])
+                                     "LAST(B.price, 1) AS lb", "SUM(B.vol) AS sb",
+                                     "AVG(U.price) AS au",
+                                     # three landings: the walk finds two
+                                     "FIRST(B.price) AS a, LAST(B.ts) AS b, FIRST(C.vol) AS c"])
 def test_measures_that_read_labels_keep_the_labelled_walk(measure):
     table = _table(500, 2)
     clause = MEASURED.replace("{extremes}", measure)

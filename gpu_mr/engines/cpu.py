@@ -362,20 +362,25 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
 def _walk_columns(request: tuple, n_vars: int):
     """measures.walk_request's answer as the walk's arguments."""
     from ..kernels.unanchored import WalkColumns
-    bounds, chunks, edges, extremes = request
+    bounds, chunks, edges, extremes, landings = request
     ext = [(c, floats, want_max,
             [member is None or v in member for v in range(n_vars)])
            for c, floats, want_max, member in extremes.values()]
-    return WalkColumns(bounds, chunks, list(edges.values()), ext, n_vars)
+    lands = [([v in member for v in range(n_vars)], kind == "FIRST")
+             for member, kind in landings]
+    return WalkColumns(bounds, chunks, list(edges.values()), ext, n_vars, lands)
 
 
 def _walked(request: tuple, got: dict) -> dict:
     """The walk's values keyed as measures.py looks them up: ``("edge",
     column, at the last row)`` -> words per match; ``("extreme", column,
     MAX, variable ids or None)`` -> (row, words) per match; none for a
-    MIN/MAX that met a NaN (Python's answer then depends on the order)."""
-    _, _, edges, extremes = request
+    MIN/MAX that met a NaN (Python's answer then depends on the order);
+    ``("landing", variable ids, "FIRST" or "LAST")`` -> row per match, -1
+    none."""
+    _, _, edges, extremes, landings = request
     out = {("edge",) + key: got["edges"][j] for j, key in enumerate(edges)}
+    out.update({("landing",) + key: got["landings"][j] for j, key in enumerate(landings)})
     for j, key in enumerate(extremes):
         if not got["ext_nan"][j]:
             out[("extreme",) + key] = (got["ext_rows"][j], got["ext_values"][j])
