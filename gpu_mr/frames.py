@@ -584,6 +584,23 @@ def _offsets_from_ties(kernels, undecided: np.ndarray, n: int) -> np.ndarray:
                       m - np.count_nonzero(ties), n)
 
 
+def _pieces_aligned(a, b) -> tuple:
+    """:func:`_pieces` of two keys cut at the same rows: where their Arrow
+    chunks differ (a pandas string column converts to chunks of its own,
+    the other columns to one), both are cut at every chunk border of
+    either, as zero-copy slices."""
+    def borders(col):
+        return np.cumsum([len(c) for c in col.chunks]).tolist()
+    if (isinstance(a, pa.ChunkedArray) and isinstance(b, pa.ChunkedArray)
+            and borders(a) != borders(b) and len(a) == len(b)
+            and a.num_chunks + b.num_chunks <= MANY_CHUNKS):
+        cuts = sorted(set(borders(a)) | set(borders(b)) | {0})
+        spans = [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
+        a, b = (pa.chunked_array([c for lo, hi in spans for c in col.slice(lo, hi - lo).chunks
+                                  if len(c)], col.type) for col in (a, b))
+    return _pieces(a), _pieces(b)
+
+
 def _fused_pass(kernels, keys: list, n_partition: int, n: int
                 ) -> Optional[tuple[bool, Optional[np.ndarray]]]:
     """The one-pass check of a string partition key and a numeric order key
@@ -592,7 +609,7 @@ def _fused_pass(kernels, keys: list, n_partition: int, n: int
     per-key passes take them)."""
     if n_partition != 1 or len(keys) != 2 or keys[0][0].null_count or keys[1][0].null_count:
         return None
-    strings, numbers = _pieces(keys[0][0]), _pieces(keys[1][0])
+    strings, numbers = _pieces_aligned(keys[0][0], keys[1][0])
     if (strings is None or numbers is None or len(strings) != len(numbers)
             or any(s.values is not None or x.values is None or len(s) != len(x)
                    for s, x in zip(strings, numbers))):
