@@ -389,22 +389,26 @@ def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
         return var is None or (frozenset(var_ids[var])
                                >= (first_vars if kind == "FIRST" else last_vars))
 
+    def landing(var: str, kind: str) -> bool:
+        """FIRST/LAST of ``var`` inside the match: its row found by the
+        walk (at most WALK_LANDINGS of them), the value gathered there."""
+        key = (var_ids[var], kind)
+        if key not in landings and len(landings) >= WALK_LANDINGS:
+            return False
+        landings.setdefault(key, len(landings))
+        return True
+
     def label_free(e: A.Expr) -> bool:
         if isinstance(e, A.MatchNumber):
             return True
-        if isinstance(e, A.ColumnRef):
-            return at_edge(e.var, "LAST")
+        if isinstance(e, A.ColumnRef):          # DOWN.price: LAST(DOWN.price)
+            return at_edge(e.var, "LAST") or landing(e.var, "LAST")
         if isinstance(e, A.Navigation):
             if not (isinstance(e.arg, A.ColumnRef) and e.kind in ("FIRST", "LAST")
                     and int(e.offset.value) == 0):
                 return False
             if not at_edge(e.arg.var, e.kind):
-                # the row it lands on, found by the walk; the value gathered there
-                key = (var_ids[e.arg.var], e.kind)
-                if key not in landings and len(landings) >= WALK_LANDINGS:
-                    return False
-                landings.setdefault(key, len(landings))
-                return True
+                return landing(e.arg.var, e.kind)
             c = column(e.arg.resolved)
             if c is not None and len(edges) < WALK_EDGES:     # more: gathered as usual
                 edges.setdefault((e.arg.resolved, e.kind == "LAST"), (c, e.kind == "LAST"))

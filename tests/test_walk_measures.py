@@ -208,7 +208,8 @@ def test_aggregates_over_every_row_need_no_labels(aggregates):
 @pytest.mark.parametrize("landings", [
     "LAST(B.price) AS lb", "FIRST(C.ts) AS fc, LAST(B.vol) AS lv",
     "LAST(U.price) AS lu, FIRST(B.price) AS fb, LAST(B.price) - FIRST(B.price) AS drop",
-    "FIRST(B.qty) AS fq, LAST(B.s) AS ls"])        # a column with NULLs, a string column
+    "FIRST(B.qty) AS fq, LAST(B.s) AS ls",         # a column with NULLs, a string column
+    "B.price AS bottom, B.ts - FIRST(A.ts) AS fall"])  # a bare column: its variable's last
 def test_first_and_last_of_a_variable_come_from_the_walk(landings):
     table = _table(3000, 7)
     rng = np.random.default_rng(8)
