@@ -153,6 +153,13 @@ def _cpu_path(query: CheckedQuery) -> list:
                 "rows, which it cuts into speculative chunks on all cores)")
         recovery = ("each match's start and path (which variable each row took) by one "
                     "backward walk over the automaton's thread lineage, one job per match")
+        from .measures import walk_labels_reason
+        why = walk_labels_reason(query)
+        if why is None:
+            recovery += ("; the ONE ROW measures are computed during that walk or from the "
+                         "match's rows, and no per-row labels are written")
+        elif query.rows_per_match == "ONE":
+            recovery += f"; per-row labels are written for the measure {why}"
     else:
         scan = ("leftmost-first DFA scan over the classes present, a search from each "
                 "candidate start row, partitions in parallel")

@@ -364,8 +364,67 @@ def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
     without NULLs, chunked alike. Why: the walk's chain of dependent
     lookups leaves room for these loads, which as passes of their own read
     the columns again (kernels/unanchored.py ``walk_measures``)."""
-    if query.rows_per_match != "ONE" or not query.measures:
+    if query.rows_per_match != "ONE":
         return None
+    columns: dict = {}
+
+    def column(name: str) -> Optional[int]:
+        col = data.table.column(name)
+        t = col.type
+        if col.null_count or not _walk_type(t):
+            return None
+        return columns.setdefault(name, len(columns))
+    plan = _walk_plan(query, column, lambda name: data.table.column(name).type)
+    if isinstance(plan, str):
+        return None
+    edges, extremes, landings = plan
+    names = list(columns)
+    chunked = [[c for c in data.table.column(name).chunks if len(c)] for name in names]
+    bounds = [tuple(np.cumsum([0] + [len(c) for c in cs]).tolist()) for cs in chunked]
+    if names and (len(set(bounds)) > 1 or len(chunked[0]) > _WALK_MAX_CHUNKS):
+        return None
+    chunks = [tuple(np.frombuffer(cs[k].buffers()[1], dtype=np.uint64,
+                                  count=cs[k].offset + len(cs[k]))[cs[k].offset:]
+                    for cs in chunked) for k in range(len(chunked[0]) if names else 0)]
+    return (bounds[0] if names else (0,), chunks, edges, extremes, landings)
+
+
+def walk_labels_reason(query: CheckedQuery) -> Optional[str]:
+    """For ``explain()``: None when the ONE ROW measures of ``query`` can
+    all come from the walk without per-row labels (columns permitting: a
+    MIN/MAX over a column holding NULLs, or columns chunked unlike each
+    other, still take the labels), else which measure reads the labels."""
+    if query.rows_per_match != "ONE":
+        return "ALL ROWS PER MATCH reports every row's variable"
+    schema = query.input_schema
+    names: dict = {}
+
+    def column(name: str) -> Optional[int]:
+        if schema is not None and name in schema.names and not _walk_type(
+                schema.field(name).type):
+            return None             # not in the schema (none given yet): as if it fits
+        return names.setdefault(name, len(names))
+
+    def arrow_type(name: str):
+        return schema.field(name).type if schema is not None and name in schema.names \
+            else None
+    plan = _walk_plan(query, column, arrow_type)
+    return plan if isinstance(plan, str) else None
+
+
+def _walk_type(t: pa.DataType) -> bool:
+    """Columns the walk reads in place: 8-byte numbers and times."""
+    return t in (pa.int64(), pa.float64()) or pa.types.is_timestamp(t) or \
+        pa.types.is_duration(t)
+
+
+def _walk_plan(query: CheckedQuery, column, arrow_type):
+    """:func:`walk_request`'s choice over the measures: ``(edges, extremes,
+    landings)``, or the measure that needs the labels (its text).
+    ``column(name)``: the walk's index of a column it can read, or None;
+    ``arrow_type(name)``: the column's Arrow type."""
+    if not query.measures:
+        return "no measures"
     from .kernels.unanchored import WALK_EDGES, WALK_EXTREMES, WALK_LANDINGS
     first_vars, last_vars = _edges_of(query)
     ids = {name: i for i, name in enumerate(query.primary_vars)}
@@ -375,15 +434,6 @@ def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
     edges: dict = {}
     extremes: dict = {}
     landings: dict = {}
-    columns: dict = {}
-
-    def column(name: str) -> Optional[int]:
-        col = data.table.column(name)
-        t = col.type
-        if col.null_count or not (t in (pa.int64(), pa.float64()) or pa.types.is_timestamp(t)
-                                  or pa.types.is_duration(t)):
-            return None
-        return columns.setdefault(name, len(columns))
 
     def at_edge(var: Optional[str], kind: str) -> bool:
         return var is None or (frozenset(var_ids[var])
@@ -426,7 +476,7 @@ def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
                 key = (ref.resolved, e.name == "MAX", member)
                 if c is not None and (member is not None or key in extremes
                                       or len(extremes) < WALK_EXTREMES):
-                    floats = data.table.column(ref.resolved).type == pa.float64()
+                    floats = arrow_type(ref.resolved) == pa.float64()
                     extremes.setdefault(key, (c, floats, e.name == "MAX", member))
                     return True
             # Over every row of the match: the segmented kernels read no
@@ -436,17 +486,12 @@ def walk_request(query: CheckedQuery, data: SortedInput) -> Optional[tuple]:
         return (found is not None and not any(leaf is e for leaf in found)   # CLASSIFIER
                 and all(label_free(leaf) for leaf in found))
 
-    if not all(label_free(m.expr) for m in query.measures) or len(extremes) > WALK_EXTREMES:
-        return None
-    names = list(columns)
-    chunked = [[c for c in data.table.column(name).chunks if len(c)] for name in names]
-    bounds = [tuple(np.cumsum([0] + [len(c) for c in cs]).tolist()) for cs in chunked]
-    if names and (len(set(bounds)) > 1 or len(chunked[0]) > _WALK_MAX_CHUNKS):
-        return None
-    chunks = [tuple(np.frombuffer(cs[k].buffers()[1], dtype=np.uint64,
-                                  count=cs[k].offset + len(cs[k]))[cs[k].offset:]
-                    for cs in chunked) for k in range(len(chunked[0]) if names else 0)]
-    return (bounds[0] if names else (0,), chunks, edges, extremes, list(landings))
+    for m in query.measures:
+        if not label_free(m.expr):
+            return f"{m.name} = {m.expr.to_sql()}"
+    if len(extremes) > WALK_EXTREMES:
+        return f"more than {WALK_EXTREMES} MIN/MAX of a variable"
+    return edges, extremes, list(landings)
 
 
 # ------------------------------------------------------------ interpreter path

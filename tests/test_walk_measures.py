@@ -241,3 +241,21 @@ def test_measures_that_read_labels_keep_the_labelled_walk(measure):
     assert measures.walk_request(query, data) is None
     assert gpu_mr.match_recognize(table, clause, engine="cpu").equals(
         gpu_mr.match_recognize(table, clause, engine="reference"))
+
+
+@pytest.mark.parametrize("measure, reads", [
+    ("MIN(B.price) AS lo, SUM(price * vol) AS pv, LAST(B.ts) AS lb", None),
+    ("CLASSIFIER() AS c", "c = CLASSIFIER()"),
+    ("AVG(B.price) AS ab", "ab = AVG(B.price)")])
+def test_explain_says_whether_the_labels_are_written(measure, reads):
+    table = _table(50, 9)
+    clause = MEASURED.format(extremes=measure)
+    query = analyze(parse_clause(clause), table.schema)
+    why = measures.walk_labels_reason(query)
+    text = gpu_mr.compile(clause, table.schema).explain()
+    if reads is None:
+        assert why is None and "no per-row labels are written" in text
+    else:
+        assert reads in why and f"per-row labels are written for the measure {why}" in text
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    assert (measures.walk_request(query, data) is None) == (reads is not None)
