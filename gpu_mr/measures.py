@@ -448,6 +448,18 @@ def _walk_plan(query: CheckedQuery, column, arrow_type):
         landings.setdefault(key, len(landings))
         return True
 
+    runs = run_sequence(query)
+
+    def var_range(var: Optional[str]) -> bool:
+        """An aggregate over ``var``'s rows as one range of the match: its
+        FIRST and LAST rows at the match's edge, found by the walk, or (at
+        most one row) the same."""
+        if var is None or var not in ids or ids[var] not in runs:
+            return False
+        if not (at_edge(var, "FIRST") or landing(var, "FIRST")):
+            return False
+        return runs[ids[var]] or at_edge(var, "LAST") or landing(var, "LAST")
+
     def label_free(e: A.Expr) -> bool:
         if isinstance(e, A.MatchNumber):
             return True
@@ -465,7 +477,7 @@ def _walk_plan(query: CheckedQuery, column, arrow_type):
             return True
         if isinstance(e, A.Aggregate):
             if e.star:
-                return e.var is None and e.name == "COUNT"
+                return e.name == "COUNT" and (e.var is None or var_range(e.var))
             if (e.name not in ("COUNT", "SUM", "AVG", "MIN", "MAX") or e.distinct
                     or e.over_order or len(e.args) != 1):
                 return False
@@ -474,14 +486,15 @@ def _walk_plan(query: CheckedQuery, column, arrow_type):
                 c = column(ref.resolved)
                 member = None if e.var is None else var_ids[e.var]
                 key = (ref.resolved, e.name == "MAX", member)
-                if c is not None and (member is not None or key in extremes
-                                      or len(extremes) < WALK_EXTREMES):
+                if c is not None and (key in extremes or len(extremes) < WALK_EXTREMES):
                     floats = arrow_type(ref.resolved) == pa.float64()
                     extremes.setdefault(key, (c, floats, e.name == "MAX", member))
                     return True
-            # Over every row of the match: the segmented kernels read no
-            # labels (kernels/segmented.py EVERY_ROW), only the match's rows.
-            return e.var is None and measure_exprs.reads_row_only(ref, None)
+            # Over every row of the match, or of a variable's range of it:
+            # the segmented kernels read no labels (kernels/segmented.py
+            # EVERY_ROW), only those rows.
+            return measure_exprs.reads_row_only(ref, e.var) and (
+                e.var is None or var_range(e.var))
         found = measure_exprs.leaves(e)
         return (found is not None and not any(leaf is e for leaf in found)   # CLASSIFIER
                 and all(label_free(leaf) for leaf in found))
@@ -489,8 +502,6 @@ def _walk_plan(query: CheckedQuery, column, arrow_type):
     for m in query.measures:
         if not label_free(m.expr):
             return f"{m.name} = {m.expr.to_sql()}"
-    if len(extremes) > WALK_EXTREMES:
-        return f"more than {WALK_EXTREMES} MIN/MAX of a variable"
     return edges, extremes, list(landings)
 
 
@@ -915,6 +926,33 @@ def _edges_of(query: CheckedQuery) -> tuple:
         edges = edge_variables(compile_nfa(query.pattern, query.primary_vars))
         last = _last_edges = (query, edges)
     return last[1]
+
+
+def run_sequence(query: CheckedQuery) -> dict:
+    """For a pattern that is a sequence of runs, each of a variable of its
+    own (``STRT DOWN+ UP+``: no alternation, group, PERMUTE or variable
+    met twice; anchors and exclusions do not matter), per variable id
+    whether it takes at most one row; else empty. There a variable's rows
+    are one contiguous range of the match, from its FIRST row to its LAST,
+    so an aggregate over it needs no labels once those two rows are known
+    (measures.py ``_Vectors._var_range``)."""
+    ids = {name: i for i, name in enumerate(query.primary_vars)}
+    pattern = query.pattern
+    items = pattern.items if isinstance(pattern, A.PConcat) else (pattern,)
+    out: dict = {}
+    for item in items:
+        if isinstance(item, A.PAnchor):
+            continue
+        if isinstance(item, A.PExclude):
+            item = item.body
+        at_most_one = True
+        if isinstance(item, A.PQuant):
+            at_most_one = item.max == 1
+            item = item.body
+        if not isinstance(item, A.PVar) or item.name not in ids or ids[item.name] in out:
+            return {}
+        out[ids[item.name]] = at_most_one
+    return out
 
 
 class _Vectors:
@@ -1401,23 +1439,24 @@ class _Vectors:
             lo += len(c)
         return out or [(0, 0, None, None)]
 
-    def _chunk_jobs(self, chunks: list) -> Optional[list]:
+    def _chunk_jobs(self, chunks: list, spans=None) -> Optional[list]:
         """How the matches split over the chunks of a column: ("run", first
         match, end match, chunk) for consecutive matches whose rows all lie in
         one chunk, ("cross", match, match + 1, chunk) for a match spanning a
         chunk border. None when that takes too many pieces or the matches are
-        not in row order (the caller combines the chunks)."""
+        not in row order (the caller combines the chunks). ``spans``: the
+        ``(key, labels, starts, offsets)`` of :meth:`_spans` (None: the
+        matches' own rows)."""
+        key_of, _, starts, offsets = spans or self._spans_of(None)
         bounds = tuple((lo, hi) for lo, hi, _, _ in chunks)
-        key = ("jobs", bounds)
+        key = ("jobs", bounds, key_of)
         if key in self._cache:
             return self._cache[key]
-        ma = self.ma
-        starts = ma.start
         jobs: Optional[list] = []
         if starts.shape[0] > 1 and not bool(np.all(starts[1:] >= starts[:-1])):
             jobs = None
         else:
-            ends = starts + np.diff(ma.label_offsets)
+            ends = starts + np.diff(offsets)
             for ci, (lo, hi) in enumerate(bounds):
                 a = int(np.searchsorted(starts, lo, side="left"))
                 b = int(np.searchsorted(starts, hi, side="left"))
@@ -1446,50 +1485,84 @@ class _Vectors:
         second output, laid out as ``out`` (None: the call gets None)."""
         ma = self.ma
         member = self._member(ids)
-        if len(chunks) > 1 and self._chunk_jobs(chunks) is None:
+        spans = self._spans_of(ids, per_element)
+        _, labels, starts, offsets = spans
+        if len(chunks) > 1 and self._chunk_jobs(chunks, spans) is None:
             values = (None if chunks[0][2] is None
                       else np.concatenate([c[2] for c in chunks]))
             valid = (None if all(c[3] is None for c in chunks) else np.concatenate(
                 [np.ones(c[1] - c[0], bool) if c[3] is None else c[3] for c in chunks]))
             chunks = [(0, chunks[-1][1], values, valid)]
         if len(chunks) == 1:
-            seg = Segments(member, self._labels(ids), ma.start, ma.label_offsets, chunks[0][3],
-                           per_element)
+            seg = Segments(member, labels, starts, offsets, chunks[0][3], per_element)
             got = call(chunks[0][2], seg, None, counts)
             return got if isinstance(got, tuple) else (got, False)
-        elements = int(ma.label_offsets[-1])
+        elements = int(offsets[-1])
         size = elements if per_element else len(ma)
         out = np.empty(size, dtype)
         flag = False
         compiled = elements >= JIT_MIN_ELEMENTS
-        labels = self._labels(ids)
-        for kind, a, b, ci in self._chunk_jobs(chunks):
+        for kind, a, b, ci in self._chunk_jobs(chunks, spans):
             lo, hi, values, valid = chunks[ci]
             if kind == "cross":                # the match's rows, copied out of each chunk
-                lo = int(ma.start[a])
-                values, valid = _rows_across(
-                    chunks, lo, lo + int(ma.label_offsets[b] - ma.label_offsets[a]))
-            seg = Segments(member, labels, ma.start[a:b] - lo, ma.label_offsets[a:b + 1],
+                lo = int(starts[a])
+                values, valid = _rows_across(chunks, lo, lo + int(offsets[b] - offsets[a]))
+            seg = Segments(member, labels, starts[a:b] - lo, offsets[a:b + 1],
                            valid, per_element, compiled)
             target = out if per_element else out[a:b]
             got = call(values, seg, target,
                        None if counts is None else counts if per_element else counts[a:b])
             flag |= bool(got[1]) if isinstance(got, tuple) else False
             if rows_out and lo:
-                part = (out[ma.label_offsets[a]:ma.label_offsets[b]] if per_element
-                        else target)
+                part = out[offsets[a]:offsets[b]] if per_element else target
                 np.add(part, lo, out=part, where=part >= 0)   # no row (-1) stays
         return out, flag
 
     def _segments(self, ids, valid, per_element: bool) -> Segments:
-        ma = self.ma
-        return Segments(self._member(ids), self._labels(ids), ma.start, ma.label_offsets, valid,
-                        per_element)
+        _, labels, starts, offsets = self._spans_of(ids, per_element)
+        return Segments(self._member(ids), labels, starts, offsets, valid, per_element)
 
-    def _labels(self, ids) -> np.ndarray:
-        """The labels an aggregate over ``ids`` reads: none when every row
-        counts (None), so that the engine need not write them."""
-        return EVERY_ROW if ids is None else self.ma.labels
+    def _spans_of(self, ids, per_element: bool = False) -> tuple:
+        """``(key, labels, starts, offsets)``: the rows an aggregate over
+        ``ids`` walks, as segments of elements. Every match's rows, with
+        their labels (none when every row counts: ``ids`` None, so that the
+        engine need not write them); or, for a variable whose rows are one
+        range of each match whose ends the engine's walk found
+        (:meth:`_var_range`), those ranges alone, every row counting."""
+        ma = self.ma
+        if ids is None:
+            return "match", EVERY_ROW, ma.start, ma.label_offsets
+        ranged = None if per_element else self._var_range(ids)
+        if ranged is not None:
+            return ("range", ids), EVERY_ROW, ranged[0], ranged[1]
+        return "match", ma.labels, ma.start, ma.label_offsets
+
+    def _var_range(self, ids) -> Optional[tuple]:
+        """``(first row, offsets)`` of each match's range of one variable's
+        rows (an empty range at the match's start), where the pattern is a
+        sequence of runs (:func:`run_sequence`) and the range's ends are
+        known without labels: at the match's edge, or found by the walk;
+        else None."""
+        key = ("var range", ids)
+        if key in self._cache:
+            return self._cache[key]
+        got = None
+        runs = run_sequence(self.q) if self.one_row and len(ids) == 1 else {}
+        if runs and ids[0] in runs:
+            def known(kind: str) -> bool:
+                return (self.walked.get(("landing", ids, kind)) is not None
+                        or self._at_edge(ids, kind, 0))
+            at_most_one = runs[ids[0]]
+            if known("FIRST") and (at_most_one or known("LAST")):
+                first = self._final_rows(ids, "FIRST", 0)
+                last = first if at_most_one else self._final_rows(ids, "LAST", 0)
+                has = first >= 0
+                lengths = np.where(has, last - first + 1, 0)
+                offsets = np.zeros(lengths.shape[0] + 1, dtype=np.int64)
+                np.cumsum(lengths, out=offsets[1:])
+                got = (np.where(has, first, self.ma.start), offsets)
+        self._cache[key] = got
+        return got
 
     def _pick(self, per: np.ndarray, final: bool, fill) -> np.ndarray:
         """Per-match (final) or per-element (running) results at each output row."""

@@ -210,7 +210,7 @@ def walk_matches(classes, first, last, ends, codes, pre, lineage, class_shift, t
 # loop over a tuple of columns cost twice the walk's own time).
 WALK_EDGES = 4
 WALK_EXTREMES = 2
-WALK_LANDINGS = 2
+WALK_LANDINGS = 4
 
 
 def toward_min(key, orient):
@@ -275,7 +275,8 @@ def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, 
                   edge_out1, edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0,
                   keys1, member1, orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1,
                   ext_nan, n_land, land_member0, land_first0, land_member1, land_first1,
-                  land_out0, land_out1):
+                  land_member2, land_first2, land_member3, land_first3, land_out0, land_out1,
+                  land_out2, land_out3):
     """:func:`walk_matches` for ONE ROW PER MATCH measures, labels not
     written (``pre`` is left as it is): for matches ``first .. last-1``, set
     ``starts[i]`` and, from columns read from row ``lo`` on (every row of
@@ -318,6 +319,8 @@ def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, 
         f1 = np.int64(-1)
         l0 = np.int64(-1)           # the landings' rows so far
         l1 = np.int64(-1)
+        l2 = np.int64(-1)
+        l3 = np.int64(-1)
         if c != 1:
             while True:
                 q -= np.uint64(1)
@@ -333,6 +336,10 @@ def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, 
                     l0 = _landing_row(land_member0, land_first0, var, q, l0)
                     if n_land > 1:
                         l1 = _landing_row(land_member1, land_first1, var, q, l1)
+                        if n_land > 2:
+                            l2 = _landing_row(land_member2, land_first2, var, q, l2)
+                            if n_land > 3:
+                                l3 = _landing_row(land_member3, land_first3, var, q, l3)
                 if (step >> 33) & 1:
                     break
                 t = _next_thread(step, t, starts, ui)
@@ -341,6 +348,10 @@ def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, 
             land_out0[ui] = l0
             if n_land > 1:
                 land_out1[ui] = l1
+                if n_land > 2:
+                    land_out2[ui] = l2
+                    if n_land > 3:
+                        land_out3[ui] = l3
         if n_edge > 0 and c == 1:       # an empty match: no row (the caller makes it NULL)
             edge_out0[ui] = 0
             if n_edge > 1:
@@ -445,7 +456,9 @@ def walk_measures_groups(classes, g0, g1, ends, codes, pre, lineage, class_shift
                          at_end, edge_out0, edge_out1, edge_out2, edge_out3, n_ext, keys0,
                          member0, orient0, none0, keys1, member1, orient1, none1, ext_row0,
                          ext_row1, ext_val0, ext_val1, ext_nan, n_land, land_member0,
-                         land_first0, land_member1, land_first1, land_out0, land_out1):
+                         land_first0, land_member1, land_first1, land_member2, land_first2,
+                         land_member3, land_first3, land_out0, land_out1, land_out2,
+                         land_out3):
     """:func:`walk_measures` over the groups of ``WALK_CHUNK`` matches ``g0
     .. g1-1``, whose rows lie in the columns' piece from row ``lo``
     (``ext_nan``: a row per group)."""
@@ -457,7 +470,8 @@ def walk_measures_groups(classes, g0, g1, ends, codes, pre, lineage, class_shift
                       edges3, at_end, edge_out0, edge_out1, edge_out2, edge_out3, n_ext, keys0,
                       member0, orient0, none0, keys1, member1, orient1, none1, ext_row0,
                       ext_row1, ext_val0, ext_val1, ext_nan[g], n_land, land_member0,
-                      land_first0, land_member1, land_first1, land_out0, land_out1)
+                      land_first0, land_member1, land_first1, land_member2, land_first2,
+                      land_member3, land_first3, land_out0, land_out1, land_out2, land_out3)
 
 
 def copy_all(c0, c1, label_offsets, begins, packed, labels, excluded):
@@ -755,7 +769,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
                            orient[0], none[0], keys[1], walk.ext_member[1], orient[1],
                            none[1], *ext_rows, ext_val[0], ext_val[1], ext_nan,
                            np.int64(walk.n_land), walk.land_member[0], walk.land_first[0],
-                           walk.land_member[1], walk.land_first[1], *land_outs)
+                           walk.land_member[1], walk.land_first[1], walk.land_member[2],
+                           walk.land_first[2], walk.land_member[3], walk.land_first[3],
+                           *land_outs)
     # One hand-off to the thread pool for all the pieces (the kernel drops
     # the GIL), not a parallel launch per chunk of the columns; pieces of
     # about equal rows (matches are longer in some partitions than others).

@@ -209,7 +209,9 @@ def test_aggregates_over_every_row_need_no_labels(aggregates):
     "LAST(B.price) AS lb", "FIRST(C.ts) AS fc, LAST(B.vol) AS lv",
     "LAST(U.price) AS lu, FIRST(B.price) AS fb, LAST(B.price) - FIRST(B.price) AS drop",
     "FIRST(B.qty) AS fq, LAST(B.s) AS ls",         # a column with NULLs, a string column
-    "B.price AS bottom, B.ts - FIRST(A.ts) AS fall"])  # a bare column: its variable's last
+    "B.price AS bottom, B.ts - FIRST(A.ts) AS fall",   # a bare column: its variable's last
+    "FIRST(B.price) AS a, LAST(B.ts) AS b, FIRST(C.vol) AS c, LAST(A.ts) AS d"])  # four
+
 def test_first_and_last_of_a_variable_come_from_the_walk(landings):
     table = _table(3000, 7)
     rng = np.random.default_rng(8)
@@ -227,15 +229,41 @@ def test_first_and_last_of_a_variable_come_from_the_walk(landings):
     assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
 
 
-@pytest.mark.parametrize("measure", ["CLASSIFIER() AS c", "COUNT(B.*) AS nb",
-                                     "MIN(B.price) AS a, MAX(B.price) AS b, MIN(C.price) AS c",
-                                     "LAST(B.price, 1) AS lb", "SUM(B.vol) AS sb",
-                                     "AVG(U.price) AS au",
-                                     # three landings: the walk finds two
-                                     "FIRST(B.price) AS a, LAST(B.ts) AS b, FIRST(C.vol) AS c"])
-def test_measures_that_read_labels_keep_the_labelled_walk(measure):
+@pytest.mark.parametrize("aggregates, pattern", [
+    # each variable's rows one range of the match: no labels for its aggregates
+    ("COUNT(B.*) AS nb, SUM(B.vol) AS sb, AVG(C.price) AS ac, MIN(A.vol) AS ma", None),
+    ("MIN(B.price) AS a, MAX(B.price) AS b, MIN(C.price) AS c, MAX(C.ts) AS d", None),
+    ("SUM(B.price * 2) AS sx, COUNT(C.qty) AS nx, MAX(B.qty) AS m", "^ A? B* C+"),
+    ("AVG(B.price) AS a, SUM(A.vol) AS sx, COUNT(C.*) AS nx", "A{1,2}? B+ C{2,}"),
+    ("AVG(B.price) AS a, MIN(C.price) AS c", "A {- B+ -} C+ $"),
+    ("SUM(B.vol) AS sx, MAX(C.price) AS m, FIRST(B.ts) AS f", "A B* C*")])   # empty ranges
+def test_aggregates_over_a_run_of_the_pattern_need_no_labels(aggregates, pattern):
+    table = _table(3000, 10)
+    rng = np.random.default_rng(11)
+    n = table.num_rows
+    table = table.append_column("qty", pa.array(rng.integers(0, 9, n), mask=rng.random(n) < 0.3))
+    clause = MEASURED.format(extremes=aggregates)
+    if pattern:
+        clause = clause.replace("PATTERN (A B+ C+)", f"PATTERN ({pattern})")
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    assert measures.walk_request(query, data) is not None
+    found = CpuEngine().find_matches(query, data)
+    got = measures.assemble(query, data, found)
+    assert found._paths is not None                 # the labels were never needed
+    assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
+
+@pytest.mark.parametrize("measure, pattern", [
+    ("CLASSIFIER() AS c", None), ("LAST(B.price, 1) AS lb", None), ("AVG(U.price) AS au", None),
+    # not a sequence of runs: a variable's rows are not one range of the match
+    ("COUNT(B.*) AS nb", "A (B | C)+"), ("SUM(B.vol) AS sb", "A B+ C+ B*"),
+    ("MIN(B.price) AS a, MAX(B.price) AS b, MIN(C.price) AS c", "A (B+ C+)"),
+    ("AVG(C.price) AS ac", "A (B C)+")])
+def test_measures_that_read_labels_keep_the_labelled_walk(measure, pattern):
     table = _table(500, 2)
     clause = MEASURED.replace("{extremes}", measure)
+    if pattern:
+        clause = clause.replace("PATTERN (A B+ C+)", f"PATTERN ({pattern})")
     query = analyze(parse_clause(clause), table.schema)
     data = sort_for_matching(table, query.partition_columns, query.order_keys)
     assert measures.walk_request(query, data) is None
@@ -246,7 +274,7 @@ def test_measures_that_read_labels_keep_the_labelled_walk(measure):
 @pytest.mark.parametrize("measure, reads", [
     ("MIN(B.price) AS lo, SUM(price * vol) AS pv, LAST(B.ts) AS lb", None),
     ("CLASSIFIER() AS c", "c = CLASSIFIER()"),
-    ("AVG(B.price) AS ab", "ab = AVG(B.price)")])
+    ("AVG(U.price) AS au", "au = AVG(U.price)")])
 def test_explain_says_whether_the_labels_are_written(measure, reads):
     table = _table(50, 9)
     clause = MEASURED.format(extremes=measure)
