@@ -1445,7 +1445,7 @@ class _Vectors:
         one chunk, ("cross", match, match + 1, chunk) for a match spanning a
         chunk border. None when that takes too many pieces or the matches are
         not in row order (the caller combines the chunks). ``spans``: the
-        ``(key, labels, starts, offsets)`` of :meth:`_spans` (None: the
+        ``(key, labels, starts, offsets)`` of :meth:`_spans_of` (None: the
         matches' own rows)."""
         key_of, _, starts, offsets = spans or self._spans_of(None)
         bounds = tuple((lo, hi) for lo, hi, _, _ in chunks)
