@@ -185,18 +185,25 @@ _SHAPES_LOCK = threading.Lock()
 
 def _shape(query: CheckedQuery):
     """The query's _Shape, or the reason it has none; one per query object."""
-    key = id(query)
+    return cached(query, _Shape)
+
+
+def cached(obj, build):
+    """``build(obj)`` (a generated plan), or the reason it declined
+    (:class:`_Decline`), kept per object (a query, an expression) for as
+    long as that object is the one cached under its id."""
+    key = id(obj)
     hit = _SHAPES.get(key)
-    if hit is not None and hit[0] is query:
+    if hit is not None and hit[0] is obj:
         return hit[1]
     try:
-        shape = _Shape(query)
+        shape = build(obj)
     except _Decline as exc:
         shape = str(exc)
     with _SHAPES_LOCK:
         if len(_SHAPES) > 256:
             _SHAPES.clear()
-        _SHAPES[key] = (query, shape)
+        _SHAPES[key] = (obj, shape)
     return shape
 
 
@@ -218,54 +225,37 @@ class _Layout:
     int_slot = float_slot = last_slot = first_slot = count_slot = lab_slot = _refuse
 
 
-class _Shape:
-    """The generated predicates of one query: the plan ``_Gen`` writes into
-    (columns, constants, variable ids), the per-variable predicate sources,
-    and the largest PREV/NEXT offset."""
+class Plan:
+    """What engines/registers.py's ``_Gen`` writes into when it generates
+    row code (columns, constants, variable ids; registers refused), and
+    what runs the generated kernel over Arrow columns where they lie.
+    Shared by the DEFINE pass here (:class:`_Shape`) and the row values of
+    aggregate arguments (predicates/fused_values.py); each gives
+    ``source(nullable)``, its part of the kernel module."""
 
-    def __init__(self, query: CheckedQuery):
-        from ..engines import registers as R
-        reason = M.supports_query(query)
-        if reason is not None:
-            raise _Decline(reason)
-        self.query = query
-        self.var_ids = {name: i for i, name in enumerate(query.primary_vars)}
-        self.sets = {name: frozenset([i]) for name, i in self.var_ids.items()}
-        for name, members in query.subsets.items():
-            self.sets[name] = frozenset(self.var_ids[m] for m in members)
+    def __init__(self, var_ids: dict, sets: dict):
+        self.var_ids, self.sets = var_ids, sets
         self.layout = _Layout()
         self.arg_sources: list = []
         self.const_i: list = []
         self.const_f: list = []
         self.columns: dict = {}            # name -> ("icols" | "fcols", index, kind)
         self.n_icols = self.n_fcols = 0
-        self.n_vars = len(query.primary_vars)
-        self.preds: list = []              # (variable id, generated body)
-        self.max_offset = 0
-        try:
-            for name in query.primary_vars:
-                expr = query.defines.get(name)
-                if expr is None:
-                    continue
-                body = R._Gen(self, self.var_ids[name]).pred(expr)
-                self.preds.append((self.var_ids[name], body))
-                for node in expr.walk():
-                    if isinstance(node, A.Navigation):
-                        self.max_offset = max(self.max_offset, int(node.offset.value))
-        except R._Decline as exc:
-            raise _Decline(str(exc)) from None
-        if not self.layout.empty() or self.arg_sources:
-            raise _Decline("a DEFINE reads the match so far (registers)")
-        for _, body in self.preds:
-            if re.search(r"\b(start|mno|R|F|di|v)\b", body):
-                raise _Decline("a DEFINE reads the match so far")
-        self.always = sum(1 << i for i, name in enumerate(query.primary_vars)
-                          if name not in query.defines)
-        # columns in kernel order: c -> (name, kind); (arr, idx) -> c
+        self.kernels: dict = {}            # (nullable columns, jit) -> run_rows
+
+    def reads_match(self, bodies) -> bool:
+        """Whether the generated ``bodies`` read the match so far (a
+        register, the match's start or number, a variable), which a row
+        kernel cannot."""
+        return (not self.layout.empty() or bool(self.arg_sources)
+                or any(re.search(r"\b(start|mno|R|F|di|v)\b", b) for b in bodies))
+
+    def settle(self) -> None:
+        """After generating: the columns in kernel order (``slots``: c ->
+        (name, kind); ``slot_of``: (arr, idx) -> c) and the constants."""
         order = sorted(self.columns.items(), key=lambda x: (x[1][0], x[1][1]))
         self.slots = [(name, kind) for name, (_, _, kind) in order]
         self.slot_of = {(arr, idx): c for c, (_, (arr, idx, _)) in enumerate(order)}
-        self.kernels: dict = {}            # (nullable columns, jit) -> run_rows
         self.ci = np.array([int(x) for x in self.const_i] or [0], dtype=np.int64)
         self.cf = np.array([float(x) for x in self.const_f] or [0.0], dtype=np.float64)
 
@@ -281,6 +271,114 @@ class _Shape:
                 self.n_icols += 1
             self.columns[name] = hit
         return hit
+
+    # ------------------------------------------------------------ running
+    def inputs(self, table: pa.Table, jit: bool) -> Optional[tuple]:
+        """``(columns, nullable, kernel)`` for ``table``, or None when a
+        column's type is not the kind the code was generated for."""
+        columns = []
+        for name, kind in self.slots:
+            col = table.column(name)
+            if not _kind_fits(col.type, kind):
+                return None
+            columns.append(col)
+        # a dictionary's values may be NULL where its indices are not
+        nullable = tuple(col.null_count > 0 or pa.types.is_dictionary(col.type)
+                         for col in columns)
+        kernel = self.kernels.get((nullable, jit))
+        if kernel is None:
+            kernel = self.kernels[(nullable, jit)] = _kernel(self.source(nullable), jit)
+        return columns, nullable, kernel
+
+    def window_args(self, columns: list, nullable: tuple, ws: int, we: int) -> Optional[list]:
+        """The kernel's column arguments for rows ``ws .. we``, or None
+        where a column cannot be read so (see :func:`_views`)."""
+        args = []
+        for col, (_, kind), has_nulls in zip(columns, self.slots, nullable):
+            try:
+                views = _views(_window(col, ws, we), kind, has_nulls)
+            except pa.ArrowException:       # a cast Arrow does not implement
+                return None
+            if views is None:
+                return None
+            args += views
+        return args
+
+    def pieces(self, columns: list, n: int, k: int) -> tuple:
+        """``(columns, pieces)``: the kernel calls over ``n`` rows whose
+        PREV/NEXT reach up to ``k`` rows (:func:`_pieces`), the columns
+        combined once where their chunks are too many or too small."""
+        pieces = _pieces(n, _chunk_edges(columns), k)
+        if pieces is None:
+            return [pa.chunked_array([_window(col, 0, n)]) for col in columns], [(0, n, 0, n)]
+        return columns, pieces
+
+    def constants(self, jit: bool) -> tuple:
+        return (self.ci, self.cf) if jit else (self.ci.tolist(), self.cf.tolist())
+
+    def _columns_read(self, body: str, nullable: tuple) -> str:
+        """_Gen's column reads (``icols[k][r]``, ``valid[__VIk__][r]``) as reads
+        of the kernel's arguments: values ``V<c>[r]`` (a bit of ``V<c>`` for
+        booleans), validity a bit of ``M<c>`` or 1 for NULL-free columns."""
+        def value(m):
+            c = self.slot_of[(m.group(1), int(m.group(2)))]
+            if self.slots[c][1] == "b":
+                return f"getbit(V{c}, O{c} + {m.group(3)})"
+            return f"V{c}[np.uint64({m.group(3)})]"
+
+        def valid(m):
+            c = self.slot_of[("icols" if m.group(1) == "I" else "fcols", int(m.group(2)))]
+            return f"getbit(M{c}, O{c} + {m.group(3)})" if nullable[c] else "1"
+
+        body = re.sub(r"\b(icols|fcols)\[(\d+)\]\[(\w+)\]", value, body)
+        return re.sub(r"\bvalid\[__V([IF])(\d+)__\]\[(\w+)\]", valid, body)
+
+
+def run_tasks(task, tasks: list, kernel, jit: bool) -> list:
+    """``task`` over ``tasks`` on the thread pool; a first call of a kernel
+    not yet compiled (or loaded) runs alone, in this thread."""
+    if jit and len(tasks) > 1:
+        done = [] if kernel.signatures else [task(tasks[0])]
+        return done + run_all(task, tasks[len(done):])
+    return [task(t) for t in tasks]
+
+
+class _Shape(Plan):
+    """The generated predicates of one query: the plan ``_Gen`` writes into
+    (columns, constants, variable ids), the per-variable predicate sources,
+    and the largest PREV/NEXT offset."""
+
+    def __init__(self, query: CheckedQuery):
+        from ..engines import registers as R
+        reason = M.supports_query(query)
+        if reason is not None:
+            raise _Decline(reason)
+        self.query = query
+        var_ids = {name: i for i, name in enumerate(query.primary_vars)}
+        sets = {name: frozenset([i]) for name, i in var_ids.items()}
+        for name, members in query.subsets.items():
+            sets[name] = frozenset(var_ids[m] for m in members)
+        super().__init__(var_ids, sets)
+        self.n_vars = len(query.primary_vars)
+        self.preds: list = []              # (variable id, generated body)
+        self.max_offset = 0
+        try:
+            for name in query.primary_vars:
+                expr = query.defines.get(name)
+                if expr is None:
+                    continue
+                body = R._Gen(self, self.var_ids[name]).pred(expr)
+                self.preds.append((self.var_ids[name], body))
+                for node in expr.walk():
+                    if isinstance(node, A.Navigation):
+                        self.max_offset = max(self.max_offset, int(node.offset.value))
+        except R._Decline as exc:
+            raise _Decline(str(exc)) from None
+        if self.reads_match([body for _, body in self.preds]):
+            raise _Decline("a DEFINE reads the match so far")
+        self.always = sum(1 << i for i, name in enumerate(query.primary_vars)
+                          if name not in query.defines)
+        self.settle()
 
     # ------------------------------------------------------------ the kernel
     def source(self, nullable: tuple) -> str:
@@ -367,63 +465,29 @@ class _Shape:
         """64-bit words the kernel marks present classes in (0: none)."""
         return (1 << self.n_vars) // 64 or 1 if self.n_vars <= 8 else 0
 
-    def _columns_read(self, body: str, nullable: tuple) -> str:
-        """_Gen's column reads (``icols[k][r]``, ``valid[__VIk__][r]``) as reads
-        of the kernel's arguments: values ``V<c>[r]`` (a bit of ``V<c>`` for
-        booleans), validity a bit of ``M<c>`` or 1 for NULL-free columns."""
-        def value(m):
-            c = self.slot_of[(m.group(1), int(m.group(2)))]
-            if self.slots[c][1] == "b":
-                return f"getbit(V{c}, O{c} + {m.group(3)})"
-            return f"V{c}[np.uint64({m.group(3)})]"
-
-        def valid(m):
-            c = self.slot_of[("icols" if m.group(1) == "I" else "fcols", int(m.group(2)))]
-            return f"getbit(M{c}, O{c} + {m.group(3)})" if nullable[c] else "1"
-
-        body = re.sub(r"\b(icols|fcols)\[(\d+)\]\[(\w+)\]", value, body)
-        return re.sub(r"\bvalid\[__V([IF])(\d+)__\]\[(\w+)\]", valid, body)
-
     # ------------------------------------------------------------ running
     def run(self, data: SortedInput, jit: bool) -> Optional[tuple]:
         n = data.table.num_rows
         dtype = np.uint8 if self.n_vars <= 8 else np.uint32
         if n == 0:
             return np.zeros(0, dtype=dtype), []
-        columns = []
-        for name, kind in self.slots:
-            col = data.table.column(name)
-            if not _kind_fits(col.type, kind):
-                return None
-            columns.append(col)
-        # a dictionary's values may be NULL where its indices are not
-        nullable = tuple(col.null_count > 0 or pa.types.is_dictionary(col.type)
-                         for col in columns)
-        kernel = self.kernels.get((nullable, jit))
-        if kernel is None:
-            kernel = self.kernels[(nullable, jit)] = _kernel(self.source(nullable), jit)
-        pieces = _pieces(n, _chunk_edges(columns), min(self.max_offset, n))
-        if pieces is None:
-            columns = [pa.chunked_array([_window(col, 0, n)]) for col in columns]
-            pieces = [(0, n, 0, n)]
+        found = self.inputs(data.table, jit)
+        if found is None:
+            return None
+        columns, nullable, kernel = found
+        columns, pieces = self.pieces(columns, n, min(self.max_offset, n))
         offsets = _readonly(np.asarray(data.partition_offsets, dtype=np.int64))
         bits = buffers.empty(n, dtype)
         tasks = []
         for ws, we, r0, r1 in pieces:
-            args = []
-            for col, (_, kind), has_nulls in zip(columns, self.slots, nullable):
-                try:
-                    views = _views(_window(col, ws, we), kind, has_nulls)
-                except pa.ArrowException:       # a cast Arrow does not implement
-                    return None
-                if views is None:
-                    return None
-                args += views
+            args = self.window_args(columns, nullable, ws, we)
+            if args is None:
+                return None
             for a in range(r0, r1, TASK_ROWS):
                 b = min(a + TASK_ROWS, r1)
                 part = int(np.searchsorted(offsets, a, side="right")) - 1
                 tasks.append((a - ws, b - ws, ws, we - ws, part, args))
-        ci, cf = (self.ci, self.cf) if jit else (self.ci.tolist(), self.cf.tolist())
+        ci, cf = self.constants(jit)
         seen_size = max(1 << self.n_vars, 64 * self.seen_words()) \
             if self.n_vars <= SEEN_MAX_VARS else 1
 
@@ -435,12 +499,7 @@ class _Shape:
             status = kernel(r0, r1, ws, width, offsets, part, bits, seen, *args, ci, cf)
             return status, seen
 
-        if jit and len(tasks) > 1:
-            # a first call compiles (or loads) the kernel: in this thread
-            done = [] if kernel.signatures else [task(tasks[0])]
-            results = done + run_all(task, tasks[len(done):])
-        else:
-            results = [task(t) for t in tasks]
+        results = run_tasks(task, tasks, kernel, jit)
         if any(status for status, _ in results):
             return None
         if self.n_vars > SEEN_MAX_VARS:

@@ -29,15 +29,12 @@ compilation once per expression shape and NULL layout, kept on disk.
 
 from __future__ import annotations
 
-import re
-import threading
 from typing import Optional
 
 import numpy as np
 import pyarrow as pa
 
 from ..kernels import buffers
-from ..kernels.threads import run_all
 from ..syntax import ast as A
 from . import fused as F
 
@@ -45,10 +42,6 @@ from . import fused as F
 MIN_ROWS = F.MIN_ROWS
 # The result kinds compiled: the generator's kind letter and the numpy type.
 _RESULTS = {"BIGINT": ("i", np.int64), "DOUBLE": ("f", np.float64)}
-
-
-class _Decline(Exception):
-    """An expression this pass does not compile (the reason)."""
 
 
 def row_values(expr: A.Expr, table: pa.Table, *, jit: Optional[bool] = None
@@ -95,64 +88,31 @@ def row_values(expr: A.Expr, table: pa.Table, *, jit: Optional[bool] = None
     return shape.run(table, jit)
 
 
-_SHAPES: dict = {}
-_SHAPES_LOCK = threading.Lock()
-
-
 def _shape(expr: A.Expr):
     """The expression's _ValueShape, or the reason it has none; one per
     expression object (measures of one query keep theirs)."""
-    key = id(expr)
-    hit = _SHAPES.get(key)
-    if hit is not None and hit[0] is expr:
-        return hit[1]
-    try:
-        shape = _ValueShape(expr)
-    except _Decline as exc:
-        shape = str(exc)
-    with _SHAPES_LOCK:
-        if len(_SHAPES) > 256:
-            _SHAPES.clear()
-        _SHAPES[key] = (expr, shape)
-    return shape
+    return F.cached(expr, _ValueShape)
 
 
-class _ValueShape:
-    """The generated value function of one expression: the plan ``_Gen``
-    writes into (columns, constants), as predicates/fused.py's ``_Shape``."""
+class _ValueShape(F.Plan):
+    """The generated value function of one expression (the plan ``_Gen``
+    writes into: columns, constants)."""
 
     def __init__(self, expr: A.Expr):
         from ..engines import registers as R
         if expr.type is None or expr.type.kind not in _RESULTS:
-            raise _Decline(f"{expr.type} results are not compiled")
+            raise F._Decline(f"{expr.type} results are not compiled")
+        super().__init__({}, {})
         self.kind, self.dtype = _RESULTS[expr.type.kind]
-        self.var_ids: dict = {}
-        self.sets: dict = {}
-        self.layout = F._Layout()
-        self.arg_sources: list = []
-        self.const_i: list = []
-        self.const_f: list = []
-        self.columns: dict = {}            # name -> ("icols" | "fcols", index, kind)
-        self.n_icols = self.n_fcols = 0
         try:
             body = R._Gen(self, -1).argument(expr, "value")
-        except (R._Decline, F._Decline) as exc:
-            raise _Decline(str(exc)) from None
+        except R._Decline as exc:
+            raise F._Decline(str(exc)) from None
         # the header _Gen writes reads the match (label, number): replaced
         self.body = body.split("\n", 1)[1]
-        if (not self.layout.empty() or self.arg_sources
-                or re.search(r"\b(start|mno|R|F|di|v)\b", self.body)):
-            raise _Decline("the argument reads the match")
-        order = sorted(self.columns.items(), key=lambda x: (x[1][0], x[1][1]))
-        self.slots = [(name, kind) for name, (_, _, kind) in order]
-        self.slot_of = {(arr, idx): c for c, (_, (arr, idx, _)) in enumerate(order)}
-        self.kernels: dict = {}            # (nullable columns, jit) -> run_rows
-        self.ci = np.array([int(x) for x in self.const_i] or [0], dtype=np.int64)
-        self.cf = np.array([float(x) for x in self.const_f] or [0.0], dtype=np.float64)
-
-    # what _Gen calls on its plan
-    column = F._Shape.column
-    _columns_read = F._Shape._columns_read
+        if self.reads_match([self.body]):
+            raise F._Decline("the argument reads the match")
+        self.settle()
 
     def source(self, nullable: tuple) -> str:
         """``value`` (error code, value, NULL at row ``q`` of the window) and
@@ -172,37 +132,21 @@ class _ValueShape:
 
     def run(self, table: pa.Table, jit: bool) -> Optional[pa.Array]:
         n = table.num_rows
-        columns = []
-        for name, kind in self.slots:
-            col = table.column(name)
-            if not F._kind_fits(col.type, kind):
-                return None
-            columns.append(col)
-        nullable = tuple(col.null_count > 0 or pa.types.is_dictionary(col.type)
-                         for col in columns)
-        kernel = self.kernels.get((nullable, jit))
-        if kernel is None:
-            kernel = self.kernels[(nullable, jit)] = F._kernel(self.source(nullable), jit)
-        pieces = F._pieces(n, F._chunk_edges(columns), 0)
-        if pieces is None:                 # many small chunks: combined once
-            columns = [pa.chunked_array([F._window(col, 0, n)]) for col in columns]
-            pieces = [(0, n, 0, n)]
+        found = self.inputs(table, jit)
+        if found is None:
+            return None
+        columns, nullable, kernel = found
+        columns, pieces = self.pieces(columns, n, 0)     # no PREV/NEXT in an aggregate
         out = buffers.empty(n, self.dtype)
         ok = buffers.empty(n, np.bool_)
         tasks = []
         for ws, we, _, _ in pieces:
-            args = []
-            for col, (_, kind), has_nulls in zip(columns, self.slots, nullable):
-                try:
-                    views = F._views(F._window(col, ws, we), kind, has_nulls)
-                except pa.ArrowException:       # a cast Arrow does not implement
-                    return None
-                if views is None:
-                    return None
-                args += views
+            args = self.window_args(columns, nullable, ws, we)
+            if args is None:
+                return None
             for a in range(ws, we, F.TASK_ROWS):
                 tasks.append((a - ws, min(a + F.TASK_ROWS, we) - ws, ws, args))
-        ci, cf = (self.ci, self.cf) if jit else (self.ci.tolist(), self.cf.tolist())
+        ci, cf = self.constants(jit)
 
         def task(t):
             r0, r1, shift, args = t
@@ -210,13 +154,7 @@ class _ValueShape:
                 args = [a.tolist() if isinstance(a, np.ndarray) else a for a in args]
             return kernel(r0, r1, shift, out, ok, *args, ci, cf)
 
-        if jit and len(tasks) > 1:
-            # a first call compiles (or loads) the kernel: in this thread
-            done = [] if kernel.signatures else [task(tasks[0])]
-            results = done + run_all(task, tasks[len(done):])
-        else:
-            results = [task(t) for t in tasks]
-        if any(results):
+        if any(F.run_tasks(task, tasks, kernel, jit)):
             return None
         mask = None if n == 0 or ok.all() else ~ok
         return pa.array(out, pa.int64() if self.kind == "i" else pa.float64(), mask=mask)
