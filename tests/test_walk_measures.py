@@ -158,6 +158,29 @@ def _table(n, seed, nan=False):
         "vol": rng.integers(-3, 4, n)})
 
 
+def _with_qty(table, seed, null_share=0.3):
+    """``table`` with ``qty``: small integers, some NULL."""
+    rng = np.random.default_rng(seed)
+    n = table.num_rows
+    return table.append_column(
+        "qty", pa.array(rng.integers(0, 9, n), mask=rng.random(n) < null_share))
+
+
+def assert_labels_unwritten_and_reference(table, clause):
+    """Every measure comes from the walk or the match's rows (the labels
+    are never written), and the result is the reference engine's; returns
+    walk_request's answer."""
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    request = measures.walk_request(query, data)
+    assert request is not None
+    found = CpuEngine().find_matches(query, data)
+    got = measures.assemble(query, data, found)
+    assert found._paths is not None                 # the labels were never needed
+    assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
+    return request
+
+
 MEASURED = """PARTITION BY sym ORDER BY ts
     MEASURES FIRST(A.ts) AS s, LAST(C.ts) AS e, FIRST(price) AS p0, LAST(price) AS p1,
              {extremes}, COUNT(*) AS n, MATCH_NUMBER() AS mno,
@@ -195,14 +218,7 @@ def test_aggregates_over_every_row_need_no_labels(aggregates):
     rng = np.random.default_rng(4)
     qty = rng.integers(0, 50, table.num_rows).astype(float)
     table = table.append_column("qty", pa.array(qty, mask=rng.random(table.num_rows) < 0.2))
-    clause = MEASURED.format(extremes=aggregates)
-    query = analyze(parse_clause(clause), table.schema)
-    data = sort_for_matching(table, query.partition_columns, query.order_keys)
-    assert measures.walk_request(query, data) is not None
-    found = CpuEngine().find_matches(query, data)
-    got = measures.assemble(query, data, found)
-    assert found._paths is not None                 # the labels were never needed
-    assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
+    assert_labels_unwritten_and_reference(table, MEASURED.format(extremes=aggregates))
 
 
 @pytest.mark.parametrize("landings", [
@@ -211,22 +227,11 @@ def test_aggregates_over_every_row_need_no_labels(aggregates):
     "FIRST(B.qty) AS fq, LAST(B.s) AS ls",         # a column with NULLs, a string column
     "B.price AS bottom, B.ts - FIRST(A.ts) AS fall",   # a bare column: its variable's last
     "FIRST(B.price) AS a, LAST(B.ts) AS b, FIRST(C.vol) AS c, LAST(A.ts) AS d"])  # four
-
 def test_first_and_last_of_a_variable_come_from_the_walk(landings):
-    table = _table(3000, 7)
-    rng = np.random.default_rng(8)
-    n = table.num_rows
-    table = table.append_column("qty", pa.array(rng.integers(0, 9, n), mask=rng.random(n) < 0.3))
-    table = table.append_column("s", pa.array([f"r{k}" for k in range(n)]))
-    clause = MEASURED.format(extremes=landings)
-    query = analyze(parse_clause(clause), table.schema)
-    data = sort_for_matching(table, query.partition_columns, query.order_keys)
-    request = measures.walk_request(query, data)
-    assert request is not None and request[4]
-    found = CpuEngine().find_matches(query, data)
-    got = measures.assemble(query, data, found)
-    assert found._paths is not None                 # the labels were never needed
-    assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
+    table = _with_qty(_table(3000, 7), 8)
+    table = table.append_column("s", pa.array([f"r{k}" for k in range(table.num_rows)]))
+    request = assert_labels_unwritten_and_reference(table, MEASURED.format(extremes=landings))
+    assert request[4]                               # the walk finds the rows
 
 
 @pytest.mark.parametrize("aggregates, pattern", [
@@ -238,20 +243,11 @@ def test_first_and_last_of_a_variable_come_from_the_walk(landings):
     ("AVG(B.price) AS a, MIN(C.price) AS c", "A {- B+ -} C+ $"),
     ("SUM(B.vol) AS sx, MAX(C.price) AS m, FIRST(B.ts) AS f", "A B* C*")])   # empty ranges
 def test_aggregates_over_a_run_of_the_pattern_need_no_labels(aggregates, pattern):
-    table = _table(3000, 10)
-    rng = np.random.default_rng(11)
-    n = table.num_rows
-    table = table.append_column("qty", pa.array(rng.integers(0, 9, n), mask=rng.random(n) < 0.3))
     clause = MEASURED.format(extremes=aggregates)
     if pattern:
         clause = clause.replace("PATTERN (A B+ C+)", f"PATTERN ({pattern})")
-    query = analyze(parse_clause(clause), table.schema)
-    data = sort_for_matching(table, query.partition_columns, query.order_keys)
-    assert measures.walk_request(query, data) is not None
-    found = CpuEngine().find_matches(query, data)
-    got = measures.assemble(query, data, found)
-    assert found._paths is not None                 # the labels were never needed
-    assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
+    assert_labels_unwritten_and_reference(_with_qty(_table(3000, 10), 11), clause)
+
 
 @pytest.mark.parametrize("measure, pattern", [
     ("CLASSIFIER() AS c", None), ("LAST(B.price, 1) AS lb", None), ("AVG(U.price) AS au", None),
