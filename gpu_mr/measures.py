@@ -57,6 +57,7 @@ from .errors import DataError
 from .frames import CHUNK_MIN_ROWS, MANY_CHUNKS, SortedInput, _string_piece, _valid_bytes
 from . import measure_exprs
 from .interpreter import INT64_MAX, INT64_MIN, Interpreter, MatchView, _nav_var
+from .kernels import buffers as B
 from .kernels import gather as G
 from .kernels.segmented import (EVERY_ROW, JIT_MIN_ELEMENTS, Segments, find_members,
                                 segmented_arg_extreme, segmented_count, segmented_sum)
@@ -239,13 +240,8 @@ def output_rows(query: CheckedQuery, data: SortedInput, ma: MatchArrays) -> Outp
     if not ma.excluded.any() and not empty.any():
         # the usual case: every row of every match, in match order
         total = ma.labels.shape[0]
-        mid = np.empty(total, dtype=np.int64)
-        source = np.empty(total, dtype=np.int64)
-        expand = G.kernels(total >= G_MIN_ROWS)[4]
-        # matches in pieces of about equal rows, on all cores (the kernel drops the GIL)
-        pieces = (split(ma.label_offsets) if expand is not G.DRIVERS[4]
-                  else [(0, len(ma))])
-        run_pieces(lambda a, b: expand(start, ma.label_offsets, a, b, mid, source), pieces)
+        mid = _spread(ma.label_offsets, None, 0)
+        source = _spread(ma.label_offsets, start, 1)
         running = np.arange(total, dtype=np.int64)
         rows = OutputRows(source, mid, source, running, True)
         if query.empty_matches != "UNMATCHED":
@@ -273,6 +269,25 @@ def output_rows(query: CheckedQuery, data: SortedInput, ma: MatchArrays) -> Outp
     if query.empty_matches != "UNMATCHED":
         return OutputRows(source, mid, current, running)
     return _with_unmatched(data, ma, per_match, OutputRows(source, mid, current, running))
+
+
+def _spread(label_offsets: np.ndarray, per_match: Optional[np.ndarray], step: int):
+    """Per element of every match (kernels/gather.py ``spread``): its
+    match's 8-byte value (None: the match's index) plus ``step`` times its
+    place in the match, as int64 (the values' bits for other types), on
+    all cores in pieces of about equal elements."""
+    total = int(label_offsets[-1])
+    out = B.empty(total, np.int64)
+    kernel = G.kernels(total >= G_MIN_ROWS)[4]
+    pieces = (split(label_offsets) if kernel is not G.DRIVERS[4]
+              else [(0, label_offsets.shape[0] - 1)])
+    values = _NO_SPREAD if per_match is None else per_match.view(np.int64)
+    run_pieces(lambda a, b: kernel(values, per_match is None, label_offsets, a, b, step, out),
+               pieces)
+    return out
+
+
+_NO_SPREAD = np.zeros(1, np.int64)
 
 
 def _with_unmatched(data: SortedInput, ma: MatchArrays, per_match: np.ndarray,
@@ -308,7 +323,7 @@ def _with_unmatched(data: SortedInput, ma: MatchArrays, per_match: np.ndarray,
     mid = stream.match
     within = np.arange(mid.shape[0]) - _exclusive_cumsum(per_match)[mid]
     pos_m = slot_begin[match_slot[mid]] + count_un[match_slot[mid]] + within
-    out = [np.empty(total, dtype=np.int64) for _ in range(4)]
+    out = [B.empty(total, np.int64) for _ in range(4)]
     for arr, un_value, m_value in zip(out, (unmatched, -1, -1, -1),
                                       (stream.source, mid, stream.current, stream.running)):
         arr[pos_un] = un_value
@@ -613,7 +628,7 @@ def _fill_runs(small: pa.Array, counts: np.ndarray) -> Optional[pa.Array]:
         if n >= _MIN_RUN_ROWS * len(runs):
             # long runs: one slice fill each (a memset's speed) beats np.repeat's
             # per-element loop (about 5 ns a row)
-            out = np.empty(n, words.dtype)
+            out = B.empty(n, words.dtype)
             ends = np.cumsum(counts)
             for p in runs.tolist():
                 out[int(ends[p] - counts[p]):int(ends[p])] = words[p]
@@ -629,9 +644,9 @@ def _fill_runs(small: pa.Array, counts: np.ndarray) -> Optional[pa.Array]:
     large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
     if not large and total >= 2**31:
         return None
-    out_offsets = np.empty(n + 1, np.int64 if large else np.int32)
+    out_offsets = B.empty(n + 1, np.int64 if large else np.int32)
     out_offsets[0] = 0
-    out_data = np.empty(total, np.uint8)
+    out_data = B.empty(total, np.uint8)
     pos = o = 0
     for p in runs.tolist():
         c, width, a = int(counts[p]), int(lengths[p]), int(piece.offsets[p])
@@ -672,24 +687,29 @@ def _repeat_strings(small: pa.Array, index: np.ndarray,
     large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
     kernels = G.kernels(len(index) >= G_MIN_ROWS)
     per_output = not runs and kernels is not G.DRIVERS
+    lengths = np.diff(piece.offsets).astype(np.int64)
     if per_output:          # the bytes of each piece of outputs: where its copy starts
         pieces = split_even(len(index)) or [(0, 0)]
-        sizes = run_pieces(lambda a, b: kernels[2](piece.offsets, index, a, b), pieces)
+        sizes = run_pieces(lambda a, b: kernels[2](lengths, index, a, b), pieces)
         total = int(sum(sizes))
     else:
         index = index.astype(np.int64, copy=False)
-        lengths = np.diff(piece.offsets).astype(np.int64)
         total = int(np.bincount(index, minlength=len(lengths)) @ lengths) if len(index) else 0
     if not large and total >= 2**31:
         return small.take(pa.array(index.astype(np.int64), pa.int64(),
                                    mask=None if valid is None else ~valid))
-    out_offsets = np.empty(len(index) + 1, np.int64 if large else np.int32)
-    out_data = np.empty(total, np.uint8)
+    out_offsets = B.empty(len(index) + 1, np.int64 if large else np.int32)
+    out_data = B.empty(total, np.uint8)
     if per_output:
-        starts = np.concatenate(([0], np.cumsum(sizes[:-1]))).astype(np.int64)
-        run_pieces(lambda a, b: kernels[3](piece.offsets, piece.data, index, a, b,
-                                           starts[pieces.index((a, b))], out_offsets,
-                                           out_data), pieces)
+        bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        width = int(lengths.max()) if len(lengths) else 0
+        padded = np.zeros((len(lengths), width), np.uint8)
+        for i in range(len(lengths)):
+            padded[i, :lengths[i]] = piece.data[piece.offsets[i]:piece.offsets[i + 1]]
+        padded = padded.ravel()
+        run_pieces(lambda a, b: kernels[3](
+            padded, width, lengths, index, a, b, bounds[pieces.index((a, b))],
+            bounds[pieces.index((a, b)) + 1], out_offsets, out_data), pieces)
     else:
         kernels[1](piece.offsets, piece.data, index, out_offsets, out_data)
     nulls = 0 if valid is None else len(index) - int(np.count_nonzero(valid))
@@ -778,7 +798,7 @@ def _gather_sets(src: _FixedChunks, sets: list, spans=None) -> list:
     m = sets[0].shape[0]
     has_valid = any(valid is not None for _, _, _, valid in src.chunks)
     # values under NULLs are never read: left as they come
-    outs = [(np.empty(m, src.word), np.zeros(m if has_valid else 1, np.uint8))
+    outs = [(B.empty(m, src.word), B.zeros(m if has_valid else 1, np.uint8))
             for _ in sets]
     gather = G.kernels(m >= G_MIN_ROWS)[0]
     k_max = G.GATHER_SETS
@@ -1103,7 +1123,13 @@ class _Vectors:
 
     def _at(self, per_match: np.ndarray) -> np.ndarray:
         """Per-match values at each output row."""
-        return per_match if self.mi is None else per_match[self.mi]
+        if self.mi is None:
+            return per_match
+        if (self.has is None and self._rows.running_is_element
+                and per_match.dtype.itemsize == 8):
+            # output row o is element o: each match's value over its elements
+            return _spread(self.ma.label_offsets, per_match, 0).view(per_match.dtype)
+        return per_match[self.mi]
 
     def _where_has(self, values: np.ndarray, fill) -> np.ndarray:
         """``values`` where the output row has a match, else ``fill``."""
@@ -1476,13 +1502,14 @@ class _Vectors:
         return jobs
 
     def _segmented(self, call, chunks: list, ids, per_element: bool, dtype,
-                   rows_out: bool = False, counts: Optional[np.ndarray] = None) -> tuple:
-        """``call(values, segments, out, counts)`` (a kernels/segmented.py
-        function) over every match, chunk by chunk of the per-row arrays (see
-        :meth:`_chunk_jobs`; no combined copy of a chunked column): (out,
-        whether any call returned True). ``rows_out``: the kernel writes
-        rows, shifted back here from the chunk's numbering. ``counts``: a
-        second output, laid out as ``out`` (None: the call gets None)."""
+                   counts: Optional[np.ndarray] = None) -> tuple:
+        """``call(values, segments, out, counts, row_base)`` (a
+        kernels/segmented.py function) over every match, chunk by chunk of
+        the per-row arrays (see :meth:`_chunk_jobs`; no combined copy of a
+        chunked column): (out, whether any call returned True).
+        ``row_base``: the first row of the piece the values come from (a
+        kernel that writes rows adds it). ``counts``: a second output, laid
+        out as ``out`` (None: the call gets None)."""
         ma = self.ma
         member = self._member(ids)
         spans = self._spans_of(ids, per_element)
@@ -1495,11 +1522,11 @@ class _Vectors:
             chunks = [(0, chunks[-1][1], values, valid)]
         if len(chunks) == 1:
             seg = Segments(member, labels, starts, offsets, chunks[0][3], per_element)
-            got = call(chunks[0][2], seg, None, counts)
+            got = call(chunks[0][2], seg, None, counts, 0)
             return got if isinstance(got, tuple) else (got, False)
         elements = int(offsets[-1])
         size = elements if per_element else len(ma)
-        out = np.empty(size, dtype)
+        out = B.empty(size, dtype)
         flag = False
         compiled = elements >= JIT_MIN_ELEMENTS
         for kind, a, b, ci in self._chunk_jobs(chunks, spans):
@@ -1511,11 +1538,8 @@ class _Vectors:
                            valid, per_element, compiled)
             target = out if per_element else out[a:b]
             got = call(values, seg, target,
-                       None if counts is None else counts if per_element else counts[a:b])
+                       None if counts is None else counts if per_element else counts[a:b], lo)
             flag |= bool(got[1]) if isinstance(got, tuple) else False
-            if rows_out and lo:
-                part = out[offsets[a]:offsets[b]] if per_element else target
-                np.add(part, lo, out=part, where=part >= 0)   # no row (-1) stays
         return out, flag
 
     def _segments(self, ids, valid, per_element: bool) -> Segments:
@@ -1582,6 +1606,9 @@ class _Vectors:
             if ids is None:
                 if self.one_row:
                     return self._ints(self._lengths(), None)
+                if not final and self.has is None and self._rows.running_is_element:
+                    ones = np.ones(len(self.ma), np.int64)
+                    return self._ints(_spread(self.ma.label_offsets, ones, 1), None)
                 upto = self.stop - 1 if final else self.running
                 return self._ints(self._where_has(upto + 1 - self.first, 0), self.has)
             count = segmented_count(self._segments(ids, None, not final))
@@ -1593,7 +1620,7 @@ class _Vectors:
         if not isinstance(ref, A.ColumnRef):        # SUM(A.price * A.volume)
             ref = self._argument_column(ref, e.var)
         if e.name == "COUNT":
-            count, _ = self._segmented(lambda v, seg, out, _: segmented_count(seg, out),
+            count, _ = self._segmented(lambda v, seg, out, _, __: segmented_count(seg, out),
                                        self._valid_chunks(ref.resolved), ids, not final,
                                        np.int64)
             return self._ints(self._pick(count, final, 0), self.has)
@@ -1613,16 +1640,17 @@ class _Vectors:
         if e.name in ("MIN", "MAX"):
             want_max = e.name == "MAX"
             rows, nan = self._segmented(
-                lambda v, seg, out, _: segmented_arg_extreme(v, seg, want_max, out, True), chunks,
-                ids, not final, np.int64, rows_out=True)
+                lambda v, seg, out, _, base: segmented_arg_extreme(v, seg, want_max, out, True,
+                                                                  base),
+                chunks, ids, not final, np.int64)
             if nan:
                 raise _Fallback      # Python's min/max with NaN depends on the order
             return self._gather(ref, self._pick(rows, final, -1))
         floats = chunks[0][2].dtype.kind == "f"
         # the counts come from the same walk as the sums
-        count = np.empty(int(self.ma.label_offsets[-1]) if not final else len(self.ma), np.int64)
+        count = B.empty(int(self.ma.label_offsets[-1]) if not final else len(self.ma), np.int64)
         sums, overflow = self._segmented(
-            lambda v, seg, out, counts: segmented_sum(v, seg, out, counts), chunks, ids,
+            lambda v, seg, out, counts, _: segmented_sum(v, seg, out, counts), chunks, ids,
             not final, np.float64 if floats else np.int64, counts=count)
         if overflow:
             # the interpreter raises (SUM) or is exact (AVG); NaN: its rules

@@ -19,6 +19,7 @@ Cost: O(output rows x row sets) per chunk, one cache line per distinct row.
 
 from __future__ import annotations
 
+import numpy as np
 
 try:
     from numba.extending import register_jitable
@@ -95,51 +96,75 @@ def repeat_strings(src_offsets, src_data, index, out_offsets, out_data):
         o = e
 
 
-def string_bytes(src_offsets, index, lo, hi):
-    """The bytes of values ``index[lo:hi]`` of the source: where a piece of
-    :func:`take_strings`'s output starts."""
+def string_bytes(lengths, index, lo, hi):
+    """The bytes of values ``index[lo:hi]`` of the source (``lengths``: each
+    value's): where a piece of :func:`take_strings`'s output starts."""
     total = 0
     for o in range(lo, hi):
-        i = index[o]
-        total += src_offsets[i + 1] - src_offsets[i]
+        total += lengths[np.uint64(index[np.uint64(o)])]
     return total
 
 
-def take_strings(src_offsets, src_data, index, lo, hi, pos, out_offsets, out_data):
+def take_strings(padded, width, lengths, index, lo, hi, pos, end, out_offsets, out_data):
     """Outputs ``lo .. hi - 1`` of ``repeat_strings`` for an index that
     changes value often (CLASSIFIER: a run per variable), the piece's bytes
-    starting at ``pos``: one short copy per output, no search for runs (whose
-    data-dependent exits cost more than the copy of a few bytes)."""
+    ``pos .. end - 1``. ``padded``: value ``i``'s bytes at ``i * width``,
+    zero-padded to ``width`` (the longest value's length). An output copies
+    ``width`` bytes and the next overwrites the padding: a copy of constant
+    length has no data-dependent loop exit, and unsigned indices need no
+    wraparound test (4.6 million outputs on one thread: 7.8 ms, where one
+    exact copy each took 21). Near ``end`` an output copies its own length,
+    so that pieces on other threads never meet."""
     if lo == 0:
         out_offsets[0] = 0
+    p = np.uint64(pos)
+    uw = np.uint64(width)
+    stop = np.uint64(end)
     for o in range(lo, hi):
-        i = index[o]
-        a = src_offsets[i]
-        length = src_offsets[i + 1] - a
-        for b in range(length):
-            out_data[pos + b] = src_data[a + b]
-        pos += length
-        out_offsets[o + 1] = pos
+        uo = np.uint64(o)
+        i = np.uint64(index[uo])
+        length = np.uint64(lengths[i])
+        a = i * uw
+        n = uw if p + uw <= stop else length
+        for b in range(n):
+            ub = np.uint64(b)
+            out_data[p + ub] = padded[a + ub]
+        p += length
+        out_offsets[uo + np.uint64(1)] = p
 
 
-def expand_matches(starts, label_offsets, first, last, match, source):
+# Elements one store loop of :func:`spread` writes per match whatever its
+# length (the next match overwrites the excess): most matches are shorter.
+SPREAD_WIDTH = 8
+
+
+def spread(values, use_index, label_offsets, first, last, step, out):
     """For matches ``first .. last-1``, every element ``e`` of match ``i``
-    (``label_offsets[i] <= e < label_offsets[i + 1]``): ``match[e] = i`` and
-    ``source[e]``, its row (``starts[i]`` + its place in the match). The
-    output rows of ALL ROWS PER MATCH when every row of every match is one,
-    in one pass instead of numpy's repeat, arange, gather and add."""
+    (``label_offsets[i] <= e < label_offsets[i + 1]``), ``k`` its place in
+    the match from 0: ``out[e] = values[i] + k * step``, all int64 (other
+    8-byte values as int64 views, ``step`` 0) (``use_index``: ``i
+    + k * step``, ``values`` unread). With ``step`` 0 a per-match value at
+    each of its elements, with 1 each element's row from its match's start
+    or its running ``COUNT(*)`` from 1: ALL ROWS PER MATCH output rows when
+    every row of every match is one, in one pass instead of numpy's repeat,
+    arange, gather and add (and on all cores, in pieces of matches).
+    A match of at most ``SPREAD_WIDTH`` elements writes that many (a store
+    loop of constant length: no mispredicted exit per match, 12.3 -> 4.8 ms
+    for a million matches on one thread); one near the piece's end writes
+    its own, so that pieces on other threads never meet."""
+    uw = np.uint64(SPREAD_WIDTH)
+    stop = np.uint64(label_offsets[last])
     for i in range(first, last):
-        lo = label_offsets[i]
-        n = label_offsets[i + 1] - lo
-        row = starts[i]
-        dst_match = match[lo:lo + n]
-        dst_source = source[lo:lo + n]
+        lo = np.uint64(label_offsets[i])
+        n = np.uint64(label_offsets[i + 1]) - lo
+        v = i if use_index else values[i]
+        if n <= uw and lo + uw <= stop:
+            n = uw
         for k in range(n):
-            dst_match[k] = i
-            dst_source[k] = row + k
+            out[lo + np.uint64(k)] = v + k * step
 
 
-DRIVERS = (gather_fixed, repeat_strings, string_bytes, take_strings, expand_matches)
+DRIVERS = (gather_fixed, repeat_strings, string_bytes, take_strings, spread)
 _compiled = None
 
 

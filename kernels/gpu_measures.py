@@ -82,7 +82,7 @@ def kernels():
         i = cuda.grid(1)
         if i < starts.shape[0]:
             flags[i] = _extreme(keys, valid, has_valid, member, labels, starts[i:i + 1],
-                                offsets[i:i + 2], False, want_max, out[i:i + 1])
+                                offsets[i:i + 2], False, want_max, 0, out[i:i + 1])
 
     @cuda.jit
     def land_matches(member, labels, lo, hi, k, from_end, starts, out):

@@ -24,6 +24,7 @@ from typing import Optional
 
 import numpy as np
 
+from . import buffers as B
 from .threads import run_pieces, split, split_even
 
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
@@ -130,10 +131,12 @@ def segment_sum_float(values, valid, has_valid, member, labels, starts, offsets,
 
 
 def segment_arg_extreme(keys, valid, has_valid, member, labels, starts, offsets, per_element,
-                        want_max, out):
+                        want_max, row_base, out):
     """The row of the MIN (MAX if ``want_max``) key so far, the first of
-    equal ones (as Python's ``min``/``max``); -1 before any. True when a
-    counted key is NaN (where Python's answer depends on the order)."""
+    equal ones (as Python's ``min``/``max``), plus ``row_base`` (the rows of
+    ``keys`` being a piece of a column from that row: no pass afterwards to
+    shift them); -1 before any. True when a counted key is NaN (where
+    Python's answer depends on the order)."""
     every = labels.shape[0] == 0
     nan = False
     for i in range(offsets.shape[0] - 1):
@@ -151,9 +154,9 @@ def segment_arg_extreme(keys, valid, has_valid, member, labels, starts, offsets,
                 elif keys[r] < keys[best]:
                     best = r
             if per_element:
-                out[e] = best
+                out[e] = best + row_base if best >= 0 else -1
         if not per_element:
-            out[i] = best
+            out[i] = best + row_base if best >= 0 else -1
     return nan
 
 
@@ -275,7 +278,7 @@ to write (``seg.size`` slots), else a new array; the same for the others.
     [1, 1, 1, 2]
     """
     if out is None:
-        out = np.empty(seg.size, dtype=np.int64)
+        out = B.empty(seg.size, np.int64)
     seg.run(0, (out,))
     return out
 
@@ -298,18 +301,19 @@ def segmented_sum(values: np.ndarray, seg: Segments, out: Optional[np.ndarray] =
     counts = _NO_ROWS if counts is None else counts
     if values.dtype.kind == "f":
         if out is None:
-            out = np.empty(seg.size, dtype=np.float64)
+            out = B.empty(seg.size, np.float64)
         return out, seg.run(2, (out, counts), (values,), (COMPENSATED_SUM,))
     if out is None:
-        out = np.empty(seg.size, dtype=np.int64)
+        out = B.empty(seg.size, np.int64)
     return out, seg.run(1, (out, counts), (values,))
 
 
 def segmented_arg_extreme(keys: np.ndarray, seg: Segments, want_max: bool,
-                          out: Optional[np.ndarray] = None, report_nan: bool = False):
+                          out: Optional[np.ndarray] = None, report_nan: bool = False,
+                          row_base: int = 0):
     """The row of the MIN/MAX of ``keys`` (per row) over the counted elements,
-    the first of equal keys; -1 where none. With ``report_nan``, ``(rows,
-    whether a counted key was NaN)``.
+    the first of equal keys, plus ``row_base``; -1 where none. With
+    ``report_nan``, ``(rows, whether a counted key was NaN)``.
 
     >>> import numpy as np
     >>> seg = Segments(np.array([True]), np.zeros(4, np.int16), np.array([0, 3]),
@@ -318,8 +322,8 @@ def segmented_arg_extreme(keys: np.ndarray, seg: Segments, want_max: bool,
     [0, 1, 1, 3]
     """
     if out is None:
-        out = np.empty(seg.size, dtype=np.int64)
-    nan = seg.run(3, (out,), (keys,), (bool(want_max),))
+        out = B.empty(seg.size, np.int64)
+    nan = seg.run(3, (out,), (keys,), (bool(want_max), np.int64(row_base)))
     return (out, bool(nan)) if report_nan else out
 
 

@@ -138,3 +138,33 @@ def test_expand_matches_in_pieces(compiled, monkeypatch):
     assert rows.match.tolist() == want_match.tolist()
     assert rows.source.tolist() == (np.arange(n) + (starts - offsets[:-1])[want_match]).tolist()
     assert rows.running_is_element and rows.running.tolist() == list(range(n))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("pieces", [1, 3])
+def test_spread_per_match_values_over_elements(compiled, pieces, monkeypatch):
+    """kernels/gather.py spread: a match's value (or index) plus ``step``
+    times each element's place in the match, for matches shorter and longer
+    than SPREAD_WIDTH and empty ones, whole or in pieces. The pieces run
+    last to first: a piece writing past its end (they run at once on
+    threads) would overwrite what the next one wrote."""
+    from gpu_mr.kernels import threads
+    from gpu_mr.kernels.threads import split
+    monkeypatch.setattr(threads, "MIN_WORK", 1)
+    rng = np.random.default_rng(pieces)
+    lengths = np.concatenate((rng.integers(0, 4, 50), [G.SPREAD_WIDTH + 5, 1, 0, 20],
+                              rng.integers(1, 12, 30)))
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    per_match = rng.integers(-10**12, 10**12, len(lengths))
+    index = np.arange(len(lengths))
+    spread = G.kernels(compiled)[4]
+    for values, use_index, step in ((per_match, False, 0), (per_match, False, 1),
+                                    (per_match, True, 0), (per_match, True, 3)):
+        out = np.full(int(offsets[-1]), -7, np.int64)
+        cuts = split(offsets, parts=pieces)
+        assert len(cuts) == pieces
+        for a, b in reversed(cuts):
+            spread(values, use_index, offsets, a, b, step, out)
+        place = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
+        want = np.repeat(index if use_index else values, lengths) + place * step
+        assert out.tolist() == want.tolist()

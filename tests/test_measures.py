@@ -338,13 +338,16 @@ def test_compiled_kernels_in_assembly(monkeypatch, split):
         _split_everything(monkeypatch)
     n = 600
     rng = np.random.default_rng(1)
-    t = pa.table({"p": np.repeat([0, 1], n // 2), "ts": np.arange(n),
-                  "price": np.round(rng.random(n) * 100, 2),
+    price = np.round(rng.random(n) * 100, 2)
+    price[100:160] = np.concatenate((200 - np.arange(30), 170 + np.arange(30)))  # a long V
+    t = pa.table({"p": np.repeat([0, 1], n // 2), "ts": np.arange(n), "price": price,
                   "vol": pa.array(np.where(rng.random(n) < 0.1, None, rng.integers(0, 50, n)))})
     for rows in ("ONE ROW PER MATCH", "ALL ROWS PER MATCH"):
         both("PARTITION BY p ORDER BY ts MEASURES FIRST(B.price) AS fb, LAST(B.vol, 1) AS lb, "
              "SUM(price) AS sp, FINAL AVG(B.vol) AS ab, MAX(C.price) AS mx, COUNT(B.*) AS cb, "
-             f"COUNT(vol) AS cv, MIN(vol) AS mv {rows} PATTERN (A B+ C+) "
+             "COUNT(vol) AS cv, MIN(vol) AS mv, COUNT(*) AS n, CLASSIFIER() AS cls, "
+             "MATCH_NUMBER() AS mno, FIRST(A.price) AS fa, FINAL LAST(C.ts) AS lc "
+             f"{rows} PATTERN (A B+ C+) "
              "DEFINE B AS price < PREV(price), C AS price > PREV(price)", t)
 
 
@@ -372,6 +375,7 @@ def test_chunked_columns_in_assembly(monkeypatch, max_crossing, split):
         both("PARTITION BY p ORDER BY ts MEASURES FIRST(B.price) AS fb, LAST(B.vol, 1) AS lb, "
              "SUM(price) AS sp, FINAL AVG(B.vol) AS ab, MAX(C.price) AS mx, COUNT(B.*) AS cb, "
              "COUNT(vol) AS cv, MIN(vol) AS mv, FIRST(ts) AS t0, MIN(C.ts) AS tc, "
+             "COUNT(*) AS n, CLASSIFIER() AS cls, MATCH_NUMBER() AS mno, "
              f"PREV(A.ts) AS pt {rows} PATTERN (A B+ C+) "
              "DEFINE B AS price < PREV(price), C AS price > PREV(price)", t)
 
