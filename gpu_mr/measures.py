@@ -133,6 +133,8 @@ def _partition_of(query: CheckedQuery, data: SortedInput, ma: MatchArrays,
         return None
     if query.rows_per_match == "ONE":
         return ma.partition
+    if rows.running_is_element and ma.partition.dtype.itemsize == 8:
+        return _spread(ma.label_offsets, ma.partition, 0)   # output row o is element o
     match = rows.match
     if not match.size or match.min() >= 0:
         return ma.partition[match]
