@@ -7,7 +7,11 @@ with the validity of each value where the column has NULLs, from one chunk
 of the column (rows outside the chunk are left alone: the caller runs it
 once per chunk).
 ``repeat_strings`` repeats the values of a small string array (the partition
-keys, one per partition) into an Arrow string layout.
+keys, one per partition) into an Arrow string layout; ``take_strings`` does
+it one output at a time (CLASSIFIER). ``spread`` writes a per-match value
+(or the match's index, or its first row counted on) at every element of
+the match: ALL ROWS PER MATCH output rows when every row of every match is
+one.
 Why: an Arrow ``take`` per measure reads the column once per measure (each
 output row's value sits in a cache line of its own), builds an index array
 with a NULL mask first, and needs a combined copy of a chunked column; one
