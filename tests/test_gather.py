@@ -155,7 +155,7 @@ def test_spread_per_match_values_over_elements(compiled, pieces, monkeypatch):
     lengths = np.concatenate((rng.integers(0, 4, 50), [G.SPREAD_WIDTH + 5, 1, 0, 20],
                               rng.integers(1, 12, 30)))
     offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    per_match = rng.integers(-10**12, 10**12, len(lengths))
+    per_match = rng.integers(-2**62, 2**62, len(lengths))    # exact past float64's 2**53
     index = np.arange(len(lengths))
     spread = G.kernels(compiled)[4]
     for values, use_index, step in ((per_match, False, 0), (per_match, False, 1),
