@@ -70,6 +70,7 @@ from ..frames import SortedInput
 from ..interpreter import Interpreter, _nav_var
 from ..kernels import registers as K
 from ..pattern.nfa import compile_nfa
+from ..predicates.fused import ColumnSlots
 from ..syntax import ast as A
 from ..syntax import types as T
 from .base import MatchArrays
@@ -234,7 +235,7 @@ def _plan(query: CheckedQuery) -> "_Plan":
 _KERNEL_CACHE: dict = {}
 
 
-class _Plan:
+class _Plan(ColumnSlots):
     def __init__(self, query: CheckedQuery):
         q = query
         if q.mode is not None:
@@ -248,9 +249,7 @@ class _Plan:
         self.sets: dict = {name: frozenset([i]) for name, i in self.var_ids.items()}
         for name, members in q.subsets.items():
             self.sets[name] = frozenset(self.var_ids[m] for m in members)
-        self.columns: dict = {}          # resolved name -> (array, index, kind)
-        self.n_icols = 0
-        self.n_fcols = 0
+        super().__init__()
         self.layout = _Layout()
         self.arg_sources: list = []
         # the DEFINEs' literals, in the order generated: data, not code (see _Gen.constant)
@@ -276,19 +275,6 @@ class _Plan:
         if q.skip.var is not None:
             for v in self.sets[q.skip.var]:
                 self.skip_set[v] = True
-
-    # ------------------------------------------------------------ columns
-    def column(self, name: str, kind: str) -> tuple:
-        hit = self.columns.get(name)
-        if hit is None:
-            if kind == "f":
-                hit = ("fcols", self.n_fcols, kind)
-                self.n_fcols += 1
-            else:
-                hit = ("icols", self.n_icols, kind)
-                self.n_icols += 1
-            self.columns[name] = hit
-        return hit
 
     # ---------------------------------------------------------- the module
     def _module_source(self) -> str:

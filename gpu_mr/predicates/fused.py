@@ -225,7 +225,30 @@ class _Layout:
     int_slot = float_slot = last_slot = first_slot = count_slot = lab_slot = _refuse
 
 
-class Plan:
+class ColumnSlots:
+    """The input columns generated code reads, numbered as engines/
+    registers.py's ``_Gen`` asks for them (``column``): floats in
+    ``fcols``, everything else as integers in ``icols``. Shared by every
+    plan ``_Gen`` writes into (here and the register machine's)."""
+
+    def __init__(self):
+        self.columns: dict = {}            # name -> ("icols" | "fcols", index, kind)
+        self.n_icols = self.n_fcols = 0
+
+    def column(self, name: str, kind: str) -> tuple:
+        hit = self.columns.get(name)
+        if hit is None:
+            if kind == "f":
+                hit = ("fcols", self.n_fcols, kind)
+                self.n_fcols += 1
+            else:
+                hit = ("icols", self.n_icols, kind)
+                self.n_icols += 1
+            self.columns[name] = hit
+        return hit
+
+
+class Plan(ColumnSlots):
     """What engines/registers.py's ``_Gen`` writes into when it generates
     row code (columns, constants, variable ids; registers refused), and
     what runs the generated kernel over Arrow columns where they lie.
@@ -234,13 +257,12 @@ class Plan:
     ``source(nullable)``, its part of the kernel module."""
 
     def __init__(self, var_ids: dict, sets: dict):
+        super().__init__()
         self.var_ids, self.sets = var_ids, sets
         self.layout = _Layout()
         self.arg_sources: list = []
         self.const_i: list = []
         self.const_f: list = []
-        self.columns: dict = {}            # name -> ("icols" | "fcols", index, kind)
-        self.n_icols = self.n_fcols = 0
         self.kernels: dict = {}            # (nullable columns, jit) -> run_rows
 
     def reads_match(self, bodies) -> bool:
@@ -258,19 +280,6 @@ class Plan:
         self.slot_of = {(arr, idx): c for c, (_, (arr, idx, _)) in enumerate(order)}
         self.ci = np.array([int(x) for x in self.const_i] or [0], dtype=np.int64)
         self.cf = np.array([float(x) for x in self.const_f] or [0.0], dtype=np.float64)
-
-    # what _Gen calls on its plan
-    def column(self, name: str, kind: str) -> tuple:
-        hit = self.columns.get(name)
-        if hit is None:
-            if kind == "f":
-                hit = ("fcols", self.n_fcols, kind)
-                self.n_fcols += 1
-            else:
-                hit = ("icols", self.n_icols, kind)
-                self.n_icols += 1
-            self.columns[name] = hit
-        return hit
 
     # ------------------------------------------------------------ running
     def inputs(self, table: pa.Table, jit: bool) -> Optional[tuple]:
