@@ -31,10 +31,13 @@ bodies, module-level drivers compiled by ``numba.njit(nogil=True,
 cache=True)`` over ranges of jobs, run on the shared thread pool
 (kernels/threads.py), per-partition output slots from the partition's
 first row. Matches never overlap in this mode, so per-row
-arrays (pre-states, labels) need no slots.
+arrays (row keys, labels) need no slots. The scan stores each row's key,
+the state before the row and the row's class together (``state << shift |
+class``), which is the walk's index into the lineage: the walk reads one
+array, not the states and the classes.
 Cost: one DFA step per row plus the rows re-read after each match; O(match
-length) per match for the walk and the copy; 2 bytes per row of pre-states
-(4 past 32,767 states). The measured walk reads a key per walked row for
+length) per match for the walk and the copy; 2 bytes per row of row keys
+(4 past 65,535 keys). The measured walk reads a key per walked row for
 each MIN/MAX and two words per match for each edge value, loads off its
 chain of lookups (on v_shape, 1e7 rows: about 2 ns a walked row more,
 where the measures' own passes took about 7).
@@ -55,11 +58,12 @@ EMPTY_MATCH = -2
 
 def pack_moves(tables) -> tuple:
     """``(moves, shift)``: the scan's one lookup per row. ``moves[(state <<
-    shift) + class]`` = ``next << shift << 24 | pre << 9 | restart << 8 |
-    code``: the next state's row offset in ``moves`` (the class axis padded
-    to ``1 << shift`` columns, so that the hot loop needs no multiply),
-    ``code`` the match that ends before the row (0 none, 1 empty, 2 + its
-    MATCH thread), ``pre`` the state the scan records before the row.
+    shift) + class]`` = ``next << shift << MOVE_SHIFT | pre << shift << 9 |
+    restart << 8 | code``: the next state's row offset in ``moves`` (the
+    class axis padded to ``1 << shift`` columns, so that the hot loop needs
+    no multiply), ``code`` the match that ends before the row (0 none, 1
+    empty, 2 + its MATCH thread), ``pre`` the state the scan records before
+    the row (as the row key's state part: the scan adds the row's class).
     ``restart``: the step kills the search right after its match ends
     there, so the next search starts at this very row: the move goes
     straight to that search's state after the row (when that step notes no
@@ -81,23 +85,34 @@ def pack_moves(tables) -> tuple:
     restart[0] = False                                   # the dead state is never stepped
     nxt = np.where(restart, (fresh >> 1)[None, :], nxt)
     pre = np.where(restart, tables.start_other, np.arange(n_states)[:, None])
-    assert n_states <= PRE_MASK + 1                      # the DFA's cap is far below
-    move = ((nxt << shift) << 24 | pre << 9 | restart.astype(np.int64) << 8
-            | code)                                      # code < 256: MAX_THREADS
+    assert (n_states << shift) <= KEY_MASK + 1          # the DFA's caps are far below
+    move = ((nxt << shift) << MOVE_SHIFT | (pre << shift) << 9
+            | restart.astype(np.int64) << 8 | code)     # code < 256: MAX_THREADS
     moves = np.zeros((n_states, 1 << shift), dtype=np.int64)
     moves[:, :n_classes] = move
     return moves.ravel(), shift
 
 
-# The pre-state's bits in a move word (states above it: int32 pre-states).
-PRE_MASK = 0x7FFF
+# A move word's fields: the row key's state part at bits 9 .. 39, the next
+# state's offset from bit MOVE_SHIFT.
+KEY_MASK = (1 << 31) - 1
+MOVE_SHIFT = 40
+
+
+def row_key_dtype(tables) -> np.dtype:
+    """The row keys' type: 2 bytes while every ``state << shift | class``
+    (and every label with its mark, bit 15) fits, else 4."""
+    n_states, n_classes = tables.steps.shape
+    shift = max(0, int(n_classes - 1).bit_length())
+    return np.dtype(np.uint16 if (n_states << shift) <= 0xFFFF else np.int32)
 
 
 @register_jitable
 def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start_other,
-                   end_code, pre, out, out_base):
+                   end_code, row_keys, out, out_base):
     """Scan rows ``lo .. hi-1`` (a whole partition) with :func:`pack_moves`'
-    table: ``pre[q]`` = the state before row ``q``; each match's end
+    table: ``row_keys[q]`` = the state before row ``q`` and its class
+    (``state << shift | class``: what the walk looks up); each match's end
     (exclusive) and code as ``end << 8 | code`` at slots ``out_base,
     out_base+1, ...`` of ``out``; return how many."""
     n_out = 0
@@ -106,7 +121,8 @@ def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start
     found = np.int64(-256)              # end << 8 | code of the match so far: none (-1, 0)
     while q < hi:
         while q < hi:
-            m = moves[np.uint64(off + classes[q])]    # unsigned: no wraparound on the chain
+            cls = classes[q]
+            m = moves[np.uint64(off + cls)]           # unsigned: no wraparound on the chain
             c = m & 0xFF
             restart = (m >> 8) & 1
             # Branch-free: where a match ends (often) and where the search
@@ -114,11 +130,11 @@ def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start
             # so each choice is arithmetic (numba compiles `a if c else b`
             # here to a branch, which cost a tenth of the scan's time).
             found += np.int64(c != 0) * ((q << 8 | c) - found)
-            pre[q] = (m >> 9) & PRE_MASK
+            row_keys[q] = ((m >> 9) & KEY_MASK) | cls
             out[out_base + n_out] = found             # kept only when n_out moves on
             n_out += restart
             found += restart * (-256 - found)
-            off = m >> 24
+            off = m >> MOVE_SHIFT
             q += 1
             if off == 0:                 # rare: the search died, its match ended earlier
                 break
@@ -138,24 +154,24 @@ def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start
 
 
 def flat_lineage(tables) -> tuple:
-    """``(lineage, class shift, thread shift)``: the tables' lineage words as
-    one flat array indexed ``(state << class shift | class) << thread shift |
-    thread`` (both axes padded to powers of two), so that the walk's
-    dependent lookup per row needs shifts, no multiplies."""
+    """``(lineage, thread shift)``: the tables' lineage words as one flat
+    array indexed ``row key << thread shift | thread`` (the row key as the
+    scan writes it, ``state << shift | class``, the class axis padded as in
+    :func:`pack_moves`; the thread axis padded to a power of two), so that
+    the walk's dependent lookup per row is one shift and or."""
     n_states, n_classes, width = tables.lineage.shape
     class_shift = max(0, int(n_classes - 1).bit_length())
     thread_shift = max(0, int(width - 1).bit_length())
     flat = np.zeros((n_states, 1 << class_shift, 1 << thread_shift), dtype=np.int64)
     flat[:, :n_classes, :width] = tables.lineage
-    return flat.ravel(), class_shift, thread_shift
+    return flat.ravel(), thread_shift
 
 
 @register_jitable
-def _walk_row(classes, pre, lineage, class_shift, thread_shift, q, t):
+def _walk_row(row_keys, lineage, thread_shift, q, t):
     """The lineage word of row ``q`` for thread ``t``: parent | variable,
     mark, start bits (unsigned indices: no wraparound test on the chain)."""
-    row = (np.int64(pre[q]) << class_shift) | classes[q]
-    return lineage[np.uint64((row << thread_shift) | t)]
+    return lineage[np.uint64((np.int64(row_keys[q]) << thread_shift) | t)]
 
 
 @register_jitable
@@ -175,13 +191,12 @@ def _next_thread(step, t, starts, i):
 
 
 @register_jitable
-def walk_matches(classes, first, last, ends, codes, pre, lineage, class_shift, thread_shift,
-                 starts):
+def walk_matches(first, last, ends, codes, row_keys, lineage, thread_shift, starts):
     """For matches ``first .. last-1`` (exclusive end ``ends[i]``, code as
     :func:`scan_partition` writes it): walk back from the MATCH thread
-    through the lineage of the pre-states; set ``starts[i]``; return where
-    the matches' labels begin in ``pre``. The walk overwrites ``pre`` with
-    them (``variable - ({- -} mark << 15)``: bit 15 the mark), in order, ending at row
+    through the lineage of the row keys; set ``starts[i]``; return where
+    the matches' labels begin in ``row_keys``. The walk overwrites
+    ``row_keys`` with them (``variable | {- -} mark << 15``), in order, ending at row
     ``ends[last-1]``: going backwards, it writes at or after the row it has
     just read and reads no row after it again, and the matches of a chunk
     lie between the previous chunk's last end and its own, so chunks run
@@ -194,10 +209,9 @@ def walk_matches(classes, first, last, ends, codes, pre, lineage, class_shift, t
             t = c - 2
             while True:
                 q -= 1
-                step = _walk_row(classes, pre, lineage, class_shift, thread_shift, q, t)
+                step = _walk_row(row_keys, lineage, thread_shift, q, t)
                 p -= 1
-                # the mark as the sign: bit 15 of an int16, and int32 alike
-                pre[p] = ((step >> 16) & 0x7FFF) - (((step >> 32) & 1) << 15)
+                row_keys[p] = ((step >> 16) & 0x7FFF) | (((step >> 32) & 1) << 15)
                 if (step >> 33) & 1:
                     break
                 t = _next_thread(step, t, starts, i)
@@ -270,15 +284,15 @@ def _landing_row(member, first, var, q, row):
 
 
 @register_jitable
-def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, thread_shift,
-                  starts, lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0,
-                  edge_out1, edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0,
-                  keys1, member1, orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1,
-                  ext_nan, n_land, land_member0, land_first0, land_member1, land_first1,
-                  land_member2, land_first2, land_member3, land_first3, land_out0, land_out1,
-                  land_out2, land_out3):
+def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, starts, lo,
+                  n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0, edge_out1,
+                  edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0, keys1, member1,
+                  orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1, ext_nan, n_land,
+                  land_member0, land_first0, land_member1, land_first1, land_member2,
+                  land_first2, land_member3, land_first3, land_out0, land_out1, land_out2,
+                  land_out3):
     """:func:`walk_matches` for ONE ROW PER MATCH measures, labels not
-    written (``pre`` is left as it is): for matches ``first .. last-1``, set
+    written (``row_keys`` are left as they are): for matches ``first .. last-1``, set
     ``starts[i]`` and, from columns read from row ``lo`` on (every row of
     those matches lies there, a column's arrays non-empty):
     for the first ``n_edge`` (at most ``WALK_EDGES``) edges ``j``,
@@ -324,7 +338,7 @@ def walk_measures(classes, first, last, ends, codes, pre, lineage, class_shift, 
         if c != 1:
             while True:
                 q -= np.uint64(1)
-                step = _walk_row(classes, pre, lineage, class_shift, thread_shift, q, t)
+                step = _walk_row(row_keys, lineage, thread_shift, q, t)
                 var = np.uint64((step >> 16) & 0x7FFF)
                 if n_ext > 0:
                     v0, b0, f0, nan0 = _extreme_row(keys0, member0, orient0, none0, var, q,
@@ -432,46 +446,45 @@ def compact_slots(p0, p1, i0, counts, scan_lo, out, ends, codes, partitions, num
 # (the walk ran 26-34 ms after a parallel scan, 20 ms without it).
 
 def scan_partitions(p0, p1, classes, scan_lo, scan_hi, moves, shift, end_accept, start_first,
-                    start_other, end_code, pre, out, counts):
+                    start_other, end_code, row_keys, out, counts):
     for p in range(p0, p1):
         counts[p] = scan_partition(classes, scan_lo[p], scan_hi[p], moves, shift, end_accept,
-                                   start_first, start_other, end_code, pre, out, scan_lo[p])
+                                   start_first, start_other, end_code, row_keys, out,
+                                   scan_lo[p])
 
 
 # Matches per call of the walk and copy bodies: enough to amortise the call.
 WALK_CHUNK = 4096
 
 
-def walk_all(c0, c1, classes, ends, codes, pre, lineage, class_shift, thread_shift, starts,
-             begins):
+def walk_all(c0, c1, ends, codes, row_keys, lineage, thread_shift, starts, begins):
     n = ends.shape[0]
     for chunk in range(c0, c1):
         first = chunk * WALK_CHUNK
-        begins[chunk] = walk_matches(classes, first, min(n, first + WALK_CHUNK), ends, codes,
-                                     pre, lineage, class_shift, thread_shift, starts)
+        begins[chunk] = walk_matches(first, min(n, first + WALK_CHUNK), ends, codes, row_keys,
+                                     lineage, thread_shift, starts)
 
 
-def walk_measures_groups(classes, g0, g1, ends, codes, pre, lineage, class_shift,
-                         thread_shift, starts, lo, n_edge, edges0, edges1, edges2, edges3,
-                         at_end, edge_out0, edge_out1, edge_out2, edge_out3, n_ext, keys0,
-                         member0, orient0, none0, keys1, member1, orient1, none1, ext_row0,
-                         ext_row1, ext_val0, ext_val1, ext_nan, n_land, land_member0,
-                         land_first0, land_member1, land_first1, land_member2, land_first2,
-                         land_member3, land_first3, land_out0, land_out1, land_out2,
-                         land_out3):
+def walk_measures_groups(g0, g1, ends, codes, row_keys, lineage, thread_shift, starts, lo,
+                         n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0, edge_out1,
+                         edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0, keys1,
+                         member1, orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1,
+                         ext_nan, n_land, land_member0, land_first0, land_member1, land_first1,
+                         land_member2, land_first2, land_member3, land_first3, land_out0,
+                         land_out1, land_out2, land_out3):
     """:func:`walk_measures` over the groups of ``WALK_CHUNK`` matches ``g0
     .. g1-1``, whose rows lie in the columns' piece from row ``lo``
     (``ext_nan``: a row per group)."""
     n = ends.shape[0]
     for g in range(g0, g1):
         first = g * WALK_CHUNK
-        walk_measures(classes, first, min(n, first + WALK_CHUNK), ends, codes, pre, lineage,
-                      class_shift, thread_shift, starts, lo, n_edge, edges0, edges1, edges2,
-                      edges3, at_end, edge_out0, edge_out1, edge_out2, edge_out3, n_ext, keys0,
-                      member0, orient0, none0, keys1, member1, orient1, none1, ext_row0,
-                      ext_row1, ext_val0, ext_val1, ext_nan[g], n_land, land_member0,
-                      land_first0, land_member1, land_first1, land_member2, land_first2,
-                      land_member3, land_first3, land_out0, land_out1, land_out2, land_out3)
+        walk_measures(first, min(n, first + WALK_CHUNK), ends, codes, row_keys, lineage,
+                      thread_shift, starts, lo, n_edge, edges0, edges1, edges2, edges3, at_end,
+                      edge_out0, edge_out1, edge_out2, edge_out3, n_ext, keys0, member0,
+                      orient0, none0, keys1, member1, orient1, none1, ext_row0, ext_row1,
+                      ext_val0, ext_val1, ext_nan[g], n_land, land_member0, land_first0,
+                      land_member1, land_first1, land_member2, land_first2, land_member3,
+                      land_first3, land_out0, land_out1, land_out2, land_out3)
 
 
 def copy_all(c0, c1, label_offsets, begins, packed, labels, excluded):
@@ -523,7 +536,7 @@ def prefers_chunks(offsets: np.ndarray) -> bool:
 
 def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool) -> tuple:
     """The scan and the compacted matches: ``(ends, codes, partitions,
-    numbers, pre-states, scan_hi, kernels)``; compiled, on the thread pool
+    numbers, row keys, scan_hi, kernels)``; compiled, on the thread pool
     in ranges of partitions of about equal rows."""
     n = classes.shape[0]
     n_parts = offsets.shape[0] - 1
@@ -531,15 +544,15 @@ def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool) -> t
     t = tables
     moves, shift = pack_moves(t)
     end_code = np.where(t.end_thread >= 0, t.end_thread + 2, 0).astype(np.int32)
-    pre = B.empty(n, np.int16 if t.n_states <= np.iinfo(np.int16).max else np.int32)
+    row_keys = B.empty(n, row_key_dtype(t))
     out = B.empty(n, np.int64)
     counts = np.zeros(n_parts, dtype=np.int64)
     kernels = _cpu_kernels(compiled)
     rows_before = offsets - offsets[0]
     _in_pieces(lambda a, b: kernels[0](
         np.int64(a), np.int64(b), classes, scan_lo, scan_hi, moves, np.int64(shift),
-        t.end_accept, np.int64(t.start_first), np.int64(t.start_other), end_code, pre, out,
-        counts), rows_before, compiled)
+        t.end_accept, np.int64(t.start_first), np.int64(t.start_other), end_code, row_keys,
+        out, counts), rows_before, compiled)
     matches_before = np.zeros(n_parts + 1, dtype=np.int64)
     np.cumsum(counts, out=matches_before[1:])
     n_matches = int(matches_before[-1])
@@ -550,28 +563,28 @@ def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool) -> t
     _in_pieces(lambda a, b: kernels[1](
         np.int64(a), np.int64(b), matches_before[a], counts, scan_lo, out, ends, codes,
         partitions, numbers), matches_before, compiled)
-    return ends, codes, partitions, numbers, pre, scan_hi, kernels
+    return ends, codes, partitions, numbers, row_keys, scan_hi, kernels
 
 
-def _labels(classes, ends, codes, pre, tables, starts, kernels, threads: bool) -> tuple:
-    """The walk that writes the labels (into ``pre``) and their copy into
+def _labels(ends, codes, row_keys, tables, starts, kernels, threads: bool) -> tuple:
+    """The walk that writes the labels (into ``row_keys``) and their copy into
     the CSR layout: ``(label_offsets, labels, excluded)``; ``starts`` is
     filled too."""
     n_groups = -(-ends.shape[0] // WALK_CHUNK)
     begins = np.empty(n_groups, dtype=np.int64)
-    lineage, class_shift, thread_shift = flat_lineage(tables)
+    lineage, thread_shift = flat_lineage(tables)
     _in_pieces(lambda a, b: kernels[2](
-        np.int64(a), np.int64(b), classes, ends, codes, pre, lineage, np.int64(class_shift),
-        np.int64(thread_shift), starts, begins), _rows_before_groups(ends, n_groups),
-        threads)                                          # the labels go into pre
+        np.int64(a), np.int64(b), ends, codes, row_keys, lineage, np.int64(thread_shift),
+        starts, begins), _rows_before_groups(ends, n_groups),
+        threads)                                          # the labels go into row_keys
     label_offsets = _label_offsets(starts, ends)
     total = int(label_offsets[-1])
     labels = B.empty(total, np.int16)
     excluded = B.empty(total, np.bool_)
     labels_before = label_offsets[np.minimum(np.arange(n_groups + 1) * WALK_CHUNK,
                                              ends.shape[0])]
-    _in_pieces(lambda a, b: kernels[3](np.int64(a), np.int64(b), label_offsets, begins, pre,
-                                       labels, excluded), labels_before, threads)
+    _in_pieces(lambda a, b: kernels[3](np.int64(a), np.int64(b), label_offsets, begins,
+                                       row_keys, labels, excluded), labels_before, threads)
     return label_offsets, labels, excluded
 
 
@@ -610,10 +623,10 @@ def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
     :class:`gpu_mr.pattern.dfa.UnanchoredTables`; ``compiled=False`` runs
     the plain Python bodies."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    ends, codes, partitions, _, pre, scan_hi, kernels = _scan(classes, offsets, tables,
-                                                              compiled)
+    ends, codes, partitions, _, row_keys, scan_hi, kernels = _scan(classes, offsets, tables,
+                                                                   compiled)
     starts = B.empty(ends.shape[0], np.int64)
-    paths = _labels(classes, ends, codes, pre, tables, starts, kernels, compiled)
+    paths = _labels(ends, codes, row_keys, tables, starts, kernels, compiled)
     return (starts, ends, partitions, _errors(scan_hi)) + paths
 
 
@@ -716,15 +729,15 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     per-match values ``walk`` asks for (:func:`walk_measures`) instead of
     writing the labels. ``(starts, ends exclusive, partitions, errors,
     label_offsets, paths, walked)``: ``paths()`` gives ``(labels,
-    excluded)`` on demand (a second walk, from the pre-states kept);
+    excluded)`` on demand (a second walk, from the row keys kept);
     ``walked``: ``{"numbers": each match's number in its partition, from 1
     (computed in passing), "edges": uint64 (edges x matches), "ext_rows": int64
     (extremes x matches), "ext_values": per extreme its values as uint64
     words, "ext_nan": bool per extreme, "landings": int64 rows (landings x
     matches, -1 none)}``."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    ends, codes, partitions, numbers, pre, scan_hi, kernels = _scan(classes, offsets, tables,
-                                                                    compiled)
+    ends, codes, partitions, numbers, row_keys, scan_hi, kernels = _scan(classes, offsets,
+                                                                         tables, compiled)
     m = ends.shape[0]
     starts = B.empty(m, np.int64)
     n_edge, n_ext = walk.edge_col.shape[0], walk.ext_col.shape[0]
@@ -735,7 +748,7 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
                for x in range(WALK_EXTREMES)]
     n_groups = -(-m // WALK_CHUNK)
     ext_nan = np.zeros((max(n_groups, 1), WALK_EXTREMES), dtype=np.bool_)
-    lineage, class_shift, thread_shift = flat_lineage(tables)
+    lineage, thread_shift = flat_lineage(tables)
     # a MAX runs as a MIN of reversed keys (toward_min), from the largest key
     dtypes = [ext_val[x].dtype for x in range(WALK_EXTREMES)]
     orient = [_orient(dtypes[x], bool(x < n_ext and walk.ext_max[x]))
@@ -762,9 +775,8 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
         """Groups ``a .. b-1``, piece by piece."""
         for g0, g1, lo, edges, keys in pieces:
             if max(g0, a) < min(g1, b):
-                kernels[4](classes, np.int64(max(g0, a)), np.int64(min(g1, b)), ends, codes,
-                           pre, lineage, np.int64(class_shift), np.int64(thread_shift),
-                           starts, np.int64(lo), np.int64(n_edge), *edges, walk.edge_end,
+                kernels[4](np.int64(max(g0, a)), np.int64(min(g1, b)), ends, codes,
+                           row_keys, lineage, np.int64(thread_shift), starts, np.int64(lo), np.int64(n_edge), *edges, walk.edge_end,
                            *edge_outs, np.int64(n_ext), keys[0], walk.ext_member[0],
                            orient[0], none[0], keys[1], walk.ext_member[1], orient[1],
                            none[1], *ext_rows, ext_val[0], ext_val[1], ext_nan,
@@ -779,8 +791,7 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     label_offsets = _label_offsets(starts, ends)
 
     def paths() -> tuple:
-        got = _labels(classes, ends, codes, pre, tables, B.empty(m, np.int64), kernels,
-                      compiled)
+        got = _labels(ends, codes, row_keys, tables, B.empty(m, np.int64), kernels, compiled)
         return got[1], got[2]
     walked = {"numbers": numbers, "edges": edge_out, "ext_rows": ext_row, "landings": land_out,
               "ext_values": [v.view(np.uint64) for v in ext_val[:n_ext]],
