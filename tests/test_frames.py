@@ -508,6 +508,54 @@ def test_pandas_round_trip_keeps_values():
     assert back["naive"].dtype.kind == "M"
 
 
+def _frames_of_every_numpy_kind():
+    rng = np.random.default_rng(7)
+    n = 1000
+    grid = rng.normal(size=(n, 2))
+    grid[::7, 1] = np.nan
+    with_nan = rng.normal(size=n)
+    with_nan[[0, 5, n - 1]] = np.nan
+    times = rng.integers(0, 10**12, n)
+    yield pd.DataFrame({
+        "clean": rng.normal(size=n),
+        "nan": with_nan,
+        "all_nan": np.full(n, np.nan),
+        "neg_zero": np.where(rng.random(n) < 0.5, -0.0, 0.0),
+        "inf": np.r_[np.inf, -np.inf, rng.normal(size=n - 2)],
+        "f32": np.where(rng.random(n) < 0.1, np.nan, rng.normal(size=n)).astype(np.float32),
+        "ints": rng.integers(0, 9, n),
+        "strings": rng.choice(["a", "bb", None], n),
+        "nullable": pd.array(np.where(rng.random(n) < 0.2, None, 1.5), "Float64"),
+        **{f"ts_{u}": pd.Series(times).astype(f"datetime64[{u}]") for u in ("s", "ms", "us", "ns")},
+        "nat": pd.Series(np.where(rng.random(n) < 0.3, np.datetime64("NaT", "ns"),
+                                  times.astype("datetime64[ns]"))),
+        "delta": pd.Series(np.where(rng.random(n) < 0.3, np.timedelta64("NaT", "us"),
+                                    times.astype("timedelta64[us]"))),
+        "tz": pd.Series(times.astype("datetime64[ns]")).dt.tz_localize("UTC"),
+    })
+    # columns of a 2-D block: strided views, not contiguous arrays
+    yield pd.DataFrame(grid, columns=["x", "y"])
+    yield pd.DataFrame({"f": np.array([], np.float64), "t": np.array([], "datetime64[ns]")})
+    yield pd.DataFrame({"f": [np.nan]})
+
+
+@pytest.mark.parametrize("df", list(_frames_of_every_numpy_kind()))
+def test_pandas_conversion_equals_arrows(df):
+    # Float, datetime64 and timedelta64 columns are converted over their own
+    # buffers (NaN and NaT as NULL); the table must be what Arrow gives.
+    got, _ = to_arrow(df)
+    want = pa.Table.from_pandas(df, preserve_index=False).replace_schema_metadata(None)
+    assert got.schema == want.schema
+    for name in want.column_names:
+        a, b = got.column(name), want.column(name)
+        assert a.null_count == b.null_count, name
+        assert a.equals(b), name
+        if pa.types.is_floating(a.type):       # -0.0 and 0.0 kept apart, bit for bit
+            va = a.combine_chunks().fill_null(0).to_numpy()
+            vb = b.combine_chunks().fill_null(0).to_numpy()
+            assert (np.signbit(va) == np.signbit(vb)).all(), name
+
+
 def test_from_arrow_lists_are_python_lists():
     t = pa.table({"l": pa.array([[1, 2], None, [3, None], []]),
                   "ls": pa.array([["a"], ["b", None], None, []], pa.large_list(pa.string()))})
