@@ -7,6 +7,8 @@ kind. Every rejection is a gpu_mr.errors.GpuMrError.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Optional
 
 import pyarrow as pa
@@ -62,7 +64,7 @@ def _run_cudf_on_device(df, clause: str, engine: str):
     from .device_input import from_cudf
     source = from_cudf(found, df)
     frames._check_unique_names(source.schema.names)
-    query = analyze(parse_clause(clause), source.schema)
+    query = checked_clause(clause, source.schema)
     chosen = engines.choose(query, engine)
     if not hasattr(chosen, "run_input"):
         return None
@@ -93,8 +95,7 @@ def run_clause_on_arrow(table: pa.Table, text: str, *, engine: str = "auto", sta
 
     Error positions refer to the whole ``text`` (used by gpu_mr.sql).
     """
-    clause = parse_clause(text, start, end)
-    query = analyze(clause, table.schema)
+    query = checked_clause(text, table.schema, start, end)
     chosen = engines.choose(query, engine)
     on_device = getattr(chosen, "run_table", None)     # the GPU engine: sort to measures
     if on_device is not None:
@@ -112,6 +113,35 @@ def run_clause_on_arrow(table: pa.Table, text: str, *, engine: str = "auto", sta
         return pa.concat_tables(pieces) if pieces else query.output_schema.empty_table()
     matches = chosen.find_matches(query, data)
     return assemble(query, data, matches)
+
+
+# Checked clauses by (text, span, schema): a clause run again over inputs of
+# the same schema (a loop over files or days, a notebook cell run twice)
+# skips parsing and analysis, and the engines' plans, kept per query object
+# (engines/cpu.py), are made once. A CheckedQuery is not changed after
+# analysis, so one object serves every call.
+_CHECKED_MAX = 64
+_checked: OrderedDict = OrderedDict()
+_checked_lock = threading.Lock()
+
+
+def checked_clause(text: str, schema: pa.Schema, start: int = 0,
+                   end: Optional[int] = None) -> CheckedQuery:
+    """``analyze(parse_clause(text, start, end), schema)``, remembered for
+    the last ``_CHECKED_MAX`` (text, span, schema) triples. Errors are
+    raised afresh each call (nothing is remembered of a clause that fails)."""
+    key = (text, start, end, schema.serialize().to_pybytes())   # metadata included
+    with _checked_lock:
+        hit = _checked.get(key)
+        if hit is not None:
+            _checked.move_to_end(key)
+            return hit
+    query = analyze(parse_clause(text, start, end), schema)
+    with _checked_lock:
+        _checked[key] = query
+        if len(_checked) > _CHECKED_MAX:
+            _checked.popitem(last=False)
+    return query
 
 
 class CompiledQuery:

@@ -124,3 +124,31 @@ def test_no_internal_exception_escapes_on_garbage(fragments):
         gpu_mr.match_recognize(ticks().head(4), text)
     except GpuMrError:
         pass
+
+
+def test_a_clause_run_again_reuses_its_checked_query():
+    from gpu_mr import api
+    table = pa.Table.from_pandas(ticks(), preserve_index=False)
+    first = api.checked_clause(CLAUSE, table.schema)
+    assert api.checked_clause(CLAUSE, table.schema) is first
+    # another schema (types, names or metadata) or another text: checked afresh
+    wider = table.append_column("extra", pa.array(range(9)))
+    assert api.checked_clause(CLAUSE, wider.schema) is not first
+    tagged = table.schema.with_metadata({"source": "x"})
+    assert api.checked_clause(CLAUSE, tagged) is not first
+    assert api.checked_clause(CLAUSE + " ", table.schema) is not first
+    # each call's result is the same as a fresh analysis gives
+    assert gpu_mr.match_recognize(table, CLAUSE).equals(gpu_mr.match_recognize(table, CLAUSE))
+    # at most _CHECKED_MAX clauses are kept, the least recently used go
+    for k in range(api._CHECKED_MAX):
+        api.checked_clause(CLAUSE + "\n" * (k + 2), table.schema)
+    assert len(api._checked) == api._CHECKED_MAX
+    assert api.checked_clause(CLAUSE, table.schema) is not first
+
+
+def test_a_failing_clause_fails_every_time():
+    bad = CLAUSE.replace("PREV(price)", "PREV(nothing)", 1)
+    for _ in range(2):
+        with pytest.raises(AnalysisError, match="nothing") as ei:
+            gpu_mr.match_recognize(ticks(), bad)
+        assert ei.value.line == 5
