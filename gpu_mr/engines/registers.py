@@ -461,7 +461,9 @@ def _jit_options() -> dict:
     if _checked_options is None:
         import numba
         try:
-            probe = numba.njit(**_JIT_OPTIONS["driver"])(_probe_kernel)
+            # cached on disk: later processes load it instead of compiling
+            # it (about 70 ms of every process's first query)
+            probe = numba.njit(cache=True, **_JIT_OPTIONS["driver"])(_probe_kernel)
             probe(np.zeros(2, dtype=np.int64))
             _checked_options = _JIT_OPTIONS
         except Exception:                   # numba changed its private options
