@@ -34,7 +34,8 @@ first row. Matches never overlap in this mode, so per-row
 arrays (row keys, labels) need no slots. The scan stores each row's key,
 the state before the row and the row's class together (``state << shift |
 class``), which is the walk's index into the lineage: the walk reads one
-array, not the states and the classes.
+array, not the states and the classes. A thread scans two partitions at
+once: two independent chains of lookups (:func:`scan_partitions`).
 Cost: one DFA step per row plus the rows re-read after each match; O(match
 length) per match for the walk and the copy; 2 bytes per row of row keys
 (4 past 65,535 keys). The measured walk reads a key per walked row for
@@ -108,6 +109,107 @@ def row_key_dtype(tables) -> np.dtype:
 
 
 @register_jitable
+def _scan_rows(classes, q, stop, off, found, n_out, moves, row_keys, out, out_base):
+    """The scan's hot loop: rows ``q .. stop-1`` from the move table's row
+    ``off``, until a search dies; returns ``(q, off, found, n_out)``.
+    ``found`` is ``end << 8 | code`` of the match so far (-256: none)."""
+    while q < stop:
+        # unsigned indices: numba adds no negative-index wraparound (four
+        # instructions and a spilled register a row each)
+        uq = np.uint64(q)
+        cls = classes[uq]
+        m = moves[np.uint64(off + cls)]
+        c = m & 0xFF
+        restart = (m >> 8) & 1
+        # Branch-free: where a match ends (often) and where the search
+        # restarts at its end (as often) are data the CPU cannot predict,
+        # so each choice is arithmetic (numba compiles `a if c else b`
+        # here to a branch, which cost a tenth of the scan's time).
+        found += np.int64(c != 0) * ((q << 8 | c) - found)
+        row_keys[uq] = ((m >> 9) & KEY_MASK) | cls
+        out[np.uint64(out_base + n_out)] = found  # kept only when n_out moves on
+        n_out += restart
+        found += restart * (-256 - found)
+        off = m >> MOVE_SHIFT
+        q += 1
+        if off == 0:                 # rare: the search died, its match ended earlier
+            break
+    return q, off, found, n_out
+
+
+@register_jitable
+def _scan_pair(classes, qa, offa, fa, na, base_a, qb, offb, fb, nb, base_b, rows, moves,
+               row_keys, out):
+    """:func:`_scan_rows` over two partitions at once, ``rows`` rows of
+    each (both have that many left), until either search dies. Why: the
+    scan is a chain of dependent lookups, a row's next state from its
+    table word; two independent chains keep the core busy while each waits
+    (1e7 rows on one thread: 18.5 -> 12.2 ms)."""
+    for _ in range(rows):
+        ua = np.uint64(qa)
+        ub = np.uint64(qb)
+        ca = classes[ua]
+        ma = moves[np.uint64(offa + ca)]
+        cb = classes[ub]
+        mb = moves[np.uint64(offb + cb)]
+        c = ma & 0xFF
+        restart = (ma >> 8) & 1
+        fa += np.int64(c != 0) * ((qa << 8 | c) - fa)
+        row_keys[ua] = ((ma >> 9) & KEY_MASK) | ca
+        out[np.uint64(base_a + na)] = fa
+        na += restart
+        fa += restart * (-256 - fa)
+        offa = ma >> MOVE_SHIFT
+        qa += 1
+        c = mb & 0xFF
+        restart = (mb >> 8) & 1
+        fb += np.int64(c != 0) * ((qb << 8 | c) - fb)
+        row_keys[ub] = ((mb >> 9) & KEY_MASK) | cb
+        out[np.uint64(base_b + nb)] = fb
+        nb += restart
+        fb += restart * (-256 - fb)
+        offb = mb >> MOVE_SHIFT
+        qb += 1
+        if (offa == 0) | (offb == 0):
+            break
+    return qa, offa, fa, na, qb, offb, fb, nb
+
+
+@register_jitable
+def _settle(q, hi, off, found, n_out, shift, end_accept, end_code, start_other, out,
+            out_base):
+    """After the hot loop stopped at the partition's end or where a search
+    died: record the match found (the partition's end when the search is
+    alive there and accepts) and start the next search at its end. Returns
+    ``(q, off, found, n_out, whether the partition is done)``."""
+    best = found >> 8
+    code = found & 0xFF
+    if off != 0 and end_accept[off >> shift]:     # q == hi, alive
+        best = hi
+        code = end_code[off >> shift]
+    if best < 0:                     # at the end, no match since the last one
+        return q, off, found, n_out, True
+    out[out_base + n_out] = best << 8 | code
+    n_out += 1
+    q = best + 1 if code == 1 else best
+    # q > lo: a match at lo ends past lo or is empty
+    return q, np.int64(start_other << shift), np.int64(-256), n_out, q >= hi
+
+
+@register_jitable
+def _finish(classes, q, hi, off, found, n_out, done, moves, shift, end_accept, start_other,
+            end_code, row_keys, out, out_base):
+    """Scan a partition on to its end from a search's state (as
+    :func:`_scan_rows` takes it); returns its number of matches."""
+    while not done:
+        q, off, found, n_out = _scan_rows(classes, q, hi, off, found, n_out, moves, row_keys,
+                                          out, out_base)
+        q, off, found, n_out, done = _settle(q, hi, off, found, n_out, shift, end_accept,
+                                             end_code, start_other, out, out_base)
+    return n_out
+
+
+@register_jitable
 def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start_other,
                    end_code, row_keys, out, out_base):
     """Scan rows ``lo .. hi-1`` (a whole partition) with :func:`pack_moves`'
@@ -115,42 +217,9 @@ def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start
     (``state << shift | class``: what the walk looks up); each match's end
     (exclusive) and code as ``end << 8 | code`` at slots ``out_base,
     out_base+1, ...`` of ``out``; return how many."""
-    n_out = 0
-    q = lo
-    off = start_first << shift
-    found = np.int64(-256)              # end << 8 | code of the match so far: none (-1, 0)
-    while q < hi:
-        while q < hi:
-            cls = classes[q]
-            m = moves[np.uint64(off + cls)]           # unsigned: no wraparound on the chain
-            c = m & 0xFF
-            restart = (m >> 8) & 1
-            # Branch-free: where a match ends (often) and where the search
-            # restarts at its end (as often) are data the CPU cannot predict,
-            # so each choice is arithmetic (numba compiles `a if c else b`
-            # here to a branch, which cost a tenth of the scan's time).
-            found += np.int64(c != 0) * ((q << 8 | c) - found)
-            row_keys[q] = ((m >> 9) & KEY_MASK) | cls
-            out[out_base + n_out] = found             # kept only when n_out moves on
-            n_out += restart
-            found += restart * (-256 - found)
-            off = m >> MOVE_SHIFT
-            q += 1
-            if off == 0:                 # rare: the search died, its match ended earlier
-                break
-        best = found >> 8
-        code = found & 0xFF
-        if off != 0 and end_accept[off >> shift]:     # q == hi, alive
-            best = hi
-            code = end_code[off >> shift]
-        if best < 0:
-            break                        # at the end, no match since the last one
-        out[out_base + n_out] = best << 8 | code
-        n_out += 1
-        q = best + 1 if code == 1 else best
-        off = start_other << shift       # q > lo: a match at lo ends past lo or is empty
-        found = np.int64(-256)
-    return n_out
+    return _finish(classes, np.int64(lo), hi, np.int64(start_first << shift),
+                   np.int64(-256), np.int64(0), lo >= hi, moves, shift, end_accept,
+                   start_other, end_code, row_keys, out, out_base)
 
 
 def flat_lineage(tables) -> tuple:
@@ -447,10 +516,53 @@ def compact_slots(p0, p1, i0, counts, scan_lo, out, ends, codes, partitions, num
 
 def scan_partitions(p0, p1, classes, scan_lo, scan_hi, moves, shift, end_accept, start_first,
                     start_other, end_code, row_keys, out, counts):
-    for p in range(p0, p1):
-        counts[p] = scan_partition(classes, scan_lo[p], scan_hi[p], moves, shift, end_accept,
-                                   start_first, start_other, end_code, row_keys, out,
-                                   scan_lo[p])
+    """:func:`scan_partition` of partitions ``p0 .. p1-1``, two at a time
+    (:func:`_scan_pair`): each of the two lanes takes the next partition
+    when its own is done; the last one left runs alone."""
+    if p1 - p0 < 2:
+        for p in range(p0, p1):
+            counts[p] = scan_partition(classes, scan_lo[p], scan_hi[p], moves, shift,
+                                       end_accept, start_first, start_other, end_code, row_keys,
+                                       out, scan_lo[p])
+        return
+    fresh = np.int64(start_first << shift)
+    none = np.int64(-256)
+    pa, pb, nxt = p0, p0 + 1, p0 + 2
+    qa, ha, offa, fa, na = scan_lo[pa], scan_hi[pa], fresh, none, np.int64(0)
+    qb, hb, offb, fb, nb = scan_lo[pb], scan_hi[pb], fresh, none, np.int64(0)
+    da, db = qa >= ha, qb >= hb
+    while True:
+        if da:                       # lane a's partition is done: the next one, if any
+            counts[pa] = na
+            if nxt == p1:
+                counts[pb] = _finish(classes, qb, hb, offb, fb, nb, db, moves, shift,
+                                     end_accept, start_other, end_code, row_keys, out,
+                                     scan_lo[pb])
+                return
+            pa, nxt = nxt, nxt + 1
+            qa, ha, offa, fa, na = scan_lo[pa], scan_hi[pa], fresh, none, np.int64(0)
+            da = qa >= ha
+            continue
+        if db:
+            counts[pb] = nb
+            if nxt == p1:
+                counts[pa] = _finish(classes, qa, ha, offa, fa, na, da, moves, shift,
+                                     end_accept, start_other, end_code, row_keys, out,
+                                     scan_lo[pa])
+                return
+            pb, nxt = nxt, nxt + 1
+            qb, hb, offb, fb, nb = scan_lo[pb], scan_hi[pb], fresh, none, np.int64(0)
+            db = qb >= hb
+            continue
+        qa, offa, fa, na, qb, offb, fb, nb = _scan_pair(
+            classes, qa, offa, fa, na, scan_lo[pa], qb, offb, fb, nb, scan_lo[pb],
+            min(ha - qa, hb - qb), moves, row_keys, out)
+        if qa == ha or offa == 0:
+            qa, offa, fa, na, da = _settle(qa, ha, offa, fa, na, shift, end_accept, end_code,
+                                           start_other, out, scan_lo[pa])
+        if qb == hb or offb == 0:
+            qb, offb, fb, nb, db = _settle(qb, hb, offb, fb, nb, shift, end_accept, end_code,
+                                           start_other, out, scan_lo[pb])
 
 
 # Matches per call of the walk and copy bodies: enough to amortise the call.

@@ -237,3 +237,29 @@ def test_class_ids_of_either_width(dtype):
     for compiled in (False, True):
         got = U.run_unanchored(dense, offsets, unanchored, compiled=compiled)
         assert [a.tolist() for a in got] == want and len(got[0]) > 50
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("pattern", ["A+ B", "(A | B)* C", "A+? B", "A B+ C+", "A*",
+                                     "A{2,3} B{,2}", "^ A+ B*", "A+ $"])
+def test_partitions_scanned_two_at_a_time(pattern, compiled):
+    # A thread scans two partitions at once and each lane takes the next
+    # partition when its own ends: many partitions of mixed lengths (empty
+    # ones, single rows, long ones) must give what the anchored scan gives.
+    rng = np.random.default_rng(len(pattern))
+    n = 4000
+    bits = rng.integers(0, 8, n).tolist()
+    cuts = np.sort(np.r_[rng.integers(0, n, 60), [7, 7, 7, 8, 9, n - 1, n - 1]])
+    offsets = np.r_[0, cuts, n].astype(np.int64)
+    program = program_of(pattern)
+    present = sorted(set(bits))
+    dense = np.searchsorted(present, bits).astype(np.uint8)
+    anchored = Dfa(program).dense_tables(present)
+    starts, ends, parts, errors = run_scan(dense, offsets, anchored, SKIP_PAST_LAST_ROW,
+                                           compiled=False)
+    want = [a.tolist() for a in (starts, ends, parts, errors,
+                                 *run_recovery(dense, offsets, starts, ends, parts, anchored,
+                                               compiled=False))]
+    unanchored = UnanchoredDfa(program).dense_tables(present)
+    got = U.run_unanchored(dense, offsets, unanchored, compiled=compiled)
+    assert [a.tolist() for a in got] == want and len(got[0]) > 20
