@@ -43,7 +43,9 @@ JIT_MIN_ELEMENTS = 2_000
 # element is a member, so an aggregate over all of a match's rows never
 # makes the engine write the labels (engines/base.py DeferredMatchArrays).
 # With per_element each element gets the value so far (RUNNING in ALL
-# ROWS); else each segment gets its total.
+# ROWS); else each segment gets its total. Elements and rows are indexed
+# unsigned (they are never negative): numba then adds no negative-index
+# wraparound test to each load and store (about a tenth of a kernel's time).
 
 def segment_count(valid, has_valid, member, labels, starts, offsets, per_element, out):
     """Counted elements so far."""
@@ -52,10 +54,12 @@ def segment_count(valid, has_valid, member, labels, starts, offsets, per_element
         c = 0
         base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
-            if (every or member[labels[e]]) and (not has_valid or valid[base + e]):
+            ue = np.uint64(e)             # unsigned: see above
+            ur = np.uint64(base + e)
+            if (every or member[labels[ue]]) and (not has_valid or valid[ur]):
                 c += 1
             if per_element:
-                out[e] = c
+                out[ue] = c
         if not per_element:
             out[i] = c
 
@@ -72,16 +76,18 @@ def segment_sum_int(values, valid, has_valid, member, labels, starts, offsets, p
         n = 0
         base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
-            if (every or member[labels[e]]) and (not has_valid or valid[base + e]):
-                x = int(values[base + e])
+            ue = np.uint64(e)             # unsigned: see above
+            ur = np.uint64(base + e)
+            if (every or member[labels[ue]]) and (not has_valid or valid[ur]):
+                x = int(values[ur])
                 if (x > 0 and acc > INT64_MAX - x) or (x < 0 and acc < INT64_MIN - x):
                     return True
                 acc = acc + x
                 n += 1
             if per_element:
-                out[e] = acc
+                out[ue] = acc
                 if with_counts:
-                    counts[e] = n
+                    counts[ue] = n
         if not per_element:
             out[i] = acc
             if with_counts:
@@ -104,8 +110,10 @@ def segment_sum_float(values, valid, has_valid, member, labels, starts, offsets,
         n = 0
         base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
-            if (every or member[labels[e]]) and (not has_valid or valid[base + e]):
-                x = float(values[base + e])
+            ue = np.uint64(e)             # unsigned: see above
+            ur = np.uint64(base + e)
+            if (every or member[labels[ue]]) and (not has_valid or valid[ur]):
+                x = float(values[ur])
                 nan |= x != x
                 if n == 0:
                     f = 0.0 + x
@@ -120,9 +128,9 @@ def segment_sum_float(values, valid, has_valid, member, labels, starts, offsets,
                     f = f + x
                 n += 1
             if per_element:
-                out[e] = f + c if compensated and c != 0.0 and math.isfinite(c) else f
+                out[ue] = f + c if compensated and c != 0.0 and math.isfinite(c) else f
                 if with_counts:
-                    counts[e] = n
+                    counts[ue] = n
         if not per_element:
             out[i] = f + c if compensated and c != 0.0 and math.isfinite(c) else f
             if with_counts:
@@ -144,17 +152,20 @@ def segment_arg_extreme(keys, valid, has_valid, member, labels, starts, offsets,
         base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
             r = base + e
-            if (every or member[labels[e]]) and (not has_valid or valid[r]):
-                nan |= keys[r] != keys[r]
+            ue = np.uint64(e)             # unsigned: see above
+            ur = np.uint64(r)
+            if (every or member[labels[ue]]) and (not has_valid or valid[ur]):
+                k = keys[ur]
+                nan |= k != k
                 if best < 0:
                     best = r
                 elif want_max:
-                    if keys[r] > keys[best]:
+                    if k > keys[np.uint64(best)]:
                         best = r
-                elif keys[r] < keys[best]:
+                elif k < keys[np.uint64(best)]:
                     best = r
             if per_element:
-                out[e] = best + row_base if best >= 0 else -1
+                out[ue] = best + row_base if best >= 0 else -1
         if not per_element:
             out[i] = best + row_base if best >= 0 else -1
     return nan
