@@ -148,9 +148,10 @@ def _cpu_path(query: CheckedQuery) -> list:
                   f"compiled pass: {declined})")
     if query.skip.kind == "PAST_LAST_ROW" and query.time_limit is None:
         scan = ("unanchored leftmost-first DFA scan over the classes present, one step per "
-                "row, partitions in parallel (the anchored scan instead for a streamed batch, "
-                "an automaton past its cap, or a partition wider than a core's share of the "
-                "rows, which it cuts into speculative chunks on all cores)")
+                "row, partitions in parallel, two at a time per core; a partition wider than "
+                "a core's share of the rows in speculative chunks on all cores, each replayed "
+                "from where the one before it left until the two scans agree (the anchored "
+                "scan instead for a streamed batch or an automaton past its cap)")
         recovery = ("each match's start and path (which variable each row took) by one "
                     "backward walk over the automaton's thread lineage, one job per match")
         from .measures import walk_labels_reason

@@ -51,7 +51,7 @@ import numpy as np
 from . import buffers as B
 from . import scan as S
 from .scan import register_jitable
-from .threads import run_pieces, split
+from .threads import run_pieces, split, thread_count
 
 # UnanchoredTables.match_thread's mark of an empty match (pattern/dfa.py).
 EMPTY_MATCH = -2
@@ -98,6 +98,8 @@ def pack_moves(tables) -> tuple:
 # state's offset from bit MOVE_SHIFT.
 KEY_MASK = (1 << 31) - 1
 MOVE_SHIFT = 40
+# ``found`` (``end << 8 | code``) when no match is pending: end -1, code 0.
+NO_MATCH = -256
 
 
 def row_key_dtype(tables) -> np.dtype:
@@ -112,7 +114,7 @@ def row_key_dtype(tables) -> np.dtype:
 def _scan_rows(classes, q, stop, off, found, n_out, moves, row_keys, out, out_base):
     """The scan's hot loop: rows ``q .. stop-1`` from the move table's row
     ``off``, until a search dies; returns ``(q, off, found, n_out)``.
-    ``found`` is ``end << 8 | code`` of the match so far (-256: none)."""
+    ``found`` is ``end << 8 | code`` of the match so far (``NO_MATCH``: none)."""
     while q < stop:
         # unsigned indices: numba adds no negative-index wraparound (four
         # instructions and a spilled register a row each)
@@ -129,7 +131,7 @@ def _scan_rows(classes, q, stop, off, found, n_out, moves, row_keys, out, out_ba
         row_keys[uq] = ((m >> 9) & KEY_MASK) | cls
         out[np.uint64(out_base + n_out)] = found  # kept only when n_out moves on
         n_out += restart
-        found += restart * (-256 - found)
+        found += restart * (NO_MATCH - found)
         off = m >> MOVE_SHIFT
         q += 1
         if off == 0:                 # rare: the search died, its match ended earlier
@@ -158,7 +160,7 @@ def _scan_pair(classes, qa, offa, fa, na, base_a, qb, offb, fb, nb, base_b, rows
         row_keys[ua] = ((ma >> 9) & KEY_MASK) | ca
         out[np.uint64(base_a + na)] = fa
         na += restart
-        fa += restart * (-256 - fa)
+        fa += restart * (NO_MATCH - fa)
         offa = ma >> MOVE_SHIFT
         qa += 1
         c = mb & 0xFF
@@ -167,7 +169,7 @@ def _scan_pair(classes, qa, offa, fa, na, base_a, qb, offb, fb, nb, base_b, rows
         row_keys[ub] = ((mb >> 9) & KEY_MASK) | cb
         out[np.uint64(base_b + nb)] = fb
         nb += restart
-        fb += restart * (-256 - fb)
+        fb += restart * (NO_MATCH - fb)
         offb = mb >> MOVE_SHIFT
         qb += 1
         if (offa == 0) | (offb == 0):
@@ -176,12 +178,16 @@ def _scan_pair(classes, qa, offa, fa, na, base_a, qb, offb, fb, nb, base_b, rows
 
 
 @register_jitable
-def _settle(q, hi, off, found, n_out, shift, end_accept, end_code, start_other, out,
+def _settle(q, hi, off, found, n_out, open_end, shift, end_accept, end_code, start_other, out,
             out_base):
-    """After the hot loop stopped at the partition's end or where a search
+    """After the hot loop stopped at the end of its rows or where a search
     died: record the match found (the partition's end when the search is
     alive there and accepts) and start the next search at its end. Returns
-    ``(q, off, found, n_out, whether the partition is done)``."""
+    ``(q, off, found, n_out, whether the rows are done)``. ``open_end``: the
+    rows end inside the partition (a speculative chunk's): a search alive
+    there is left as it is, for the next chunk."""
+    if off != 0 and open_end:        # q == hi: the state at the chunk's end
+        return q, off, found, n_out, True
     best = found >> 8
     code = found & 0xFF
     if off != 0 and end_accept[off >> shift]:     # q == hi, alive
@@ -193,20 +199,20 @@ def _settle(q, hi, off, found, n_out, shift, end_accept, end_code, start_other, 
     n_out += 1
     q = best + 1 if code == 1 else best
     # q > lo: a match at lo ends past lo or is empty
-    return q, np.int64(start_other << shift), np.int64(-256), n_out, q >= hi
+    return q, np.int64(start_other << shift), np.int64(NO_MATCH), n_out, q >= hi
 
 
 @register_jitable
-def _finish(classes, q, hi, off, found, n_out, done, moves, shift, end_accept, start_other,
-            end_code, row_keys, out, out_base):
-    """Scan a partition on to its end from a search's state (as
-    :func:`_scan_rows` takes it); returns its number of matches."""
+def _finish(classes, q, hi, off, found, n_out, done, open_end, moves, shift, end_accept,
+            start_other, end_code, row_keys, out, out_base):
+    """Scan rows on from a search's state (as :func:`_scan_rows` takes it)
+    to ``hi``: returns ``(q, off, found, n_out)``, where the scan stopped."""
     while not done:
         q, off, found, n_out = _scan_rows(classes, q, hi, off, found, n_out, moves, row_keys,
                                           out, out_base)
-        q, off, found, n_out, done = _settle(q, hi, off, found, n_out, shift, end_accept,
-                                             end_code, start_other, out, out_base)
-    return n_out
+        q, off, found, n_out, done = _settle(q, hi, off, found, n_out, open_end, shift,
+                                             end_accept, end_code, start_other, out, out_base)
+    return q, off, found, n_out
 
 
 @register_jitable
@@ -218,8 +224,103 @@ def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start
     (exclusive) and code as ``end << 8 | code`` at slots ``out_base,
     out_base+1, ...`` of ``out``; return how many."""
     return _finish(classes, np.int64(lo), hi, np.int64(start_first << shift),
-                   np.int64(-256), np.int64(0), lo >= hi, moves, shift, end_accept,
-                   start_other, end_code, row_keys, out, out_base)
+                   np.int64(NO_MATCH), np.int64(0), lo >= hi, False, moves, shift, end_accept,
+                   start_other, end_code, row_keys, out, out_base)[3]
+
+
+@register_jitable
+def repair_chunk(k, q, off, found, classes, seg_lo, seg_hi, seg_open, moves, shift,
+                 end_accept, start_other, end_code, clean, row_keys, out, counts, fix_out,
+                 fix_at, fix_first, n_fix, drops, exits):
+    """Speculative chunk ``k`` (scanned from its first row as if a search
+    began there) when the true scan enters it at row ``q`` in state ``off``
+    with ``found`` pending: replay the true scan row by row, its matches at
+    ``fix_out[fix_at ...]``, until it is about to read a row in the state
+    the speculative scan last read that row in, with no match pending in
+    either -- its own ``found``, and the speculation's because that state
+    is ``clean`` (no scan reaches it with a match pending:
+    :func:`clean_states`) -- and has not itself written that row's key yet.
+    The scan's future depends only on its row, state and pending match, so
+    from there on both are the same: the speculative matches recorded
+    before are dropped (``drops[k]``), the rest kept, with the speculative
+    exit state. (A row keyed ``start_other`` may also be one where the
+    speculation restarted, recording a match that ends there and going on
+    as a fresh search would: that match is dropped too.) Without such a row
+    the replay runs through the chunk and every speculative match is
+    dropped. ``n_fix[k]``: the replayed matches (from ``fix_first[k] =
+    fix_at``); returns where the next chunk's replayed matches go. Rows
+    before the chunk that the replay scans again (a search that dies goes
+    back to its match's end) get their true keys, as the sequential scan
+    gives them."""
+    lo = seg_lo[k]
+    hi = seg_hi[k]
+    open_end = seg_open[k]
+    fix_first[k] = fix_at
+    n_fix[k] = 0
+    drops[k] = 0
+    if q == lo and off == np.int64(start_other << shift) and found == NO_MATCH:
+        return fix_at                 # the speculation was right
+    n = np.int64(0)
+    written = q - 1                   # rows up to here hold the replay's keys
+    n_spec = counts[k]
+    while True:
+        if found == NO_MATCH and q > written and lo <= q < hi:
+            state = np.int64(row_keys[np.uint64(q)]) >> shift
+            if off == state << shift and clean[state]:
+                d = np.int64(0)
+                while d < n_spec:
+                    entry = out[lo + d]
+                    end = entry >> 8
+                    if end > q or (end == q and (state != start_other or (entry & 0xFF) == 1)):
+                        break
+                    d += 1
+                drops[k] = d
+                n_fix[k] = n
+                return fix_at + n
+        if q < hi:
+            q, off, found, n = _scan_rows(classes, q, q + 1, off, found, n, moves, row_keys,
+                                          fix_out, fix_at)
+            if q - 1 > written:
+                written = q - 1
+            if off != 0 and q < hi:
+                continue
+        q, off, found, n, done = _settle(q, hi, off, found, n, open_end, shift, end_accept,
+                                         end_code, start_other, fix_out, fix_at)
+        if done:
+            break
+    drops[k] = n_spec
+    n_fix[k] = n
+    exits[k, 0] = q
+    exits[k, 1] = off
+    exits[k, 2] = found
+    return fix_at + n
+
+
+def clean_states(moves: np.ndarray, shift: int, start_first: int, start_other: int,
+                 n_states: int) -> np.ndarray:
+    """Per DFA state, whether no scan reaches it with a match pending (a
+    match found that a longer one may still replace): every (state,
+    pending) pair the scan can be in, explored from its starts over every
+    class (a restart records its match and goes on fresh; a death settles
+    and starts fresh). Where a speculative chunk read a row in a clean
+    state, it had no match pending there (:func:`repair_chunk`)."""
+    width = 1 << shift
+    words = moves.reshape(-1, width)
+    seen = np.zeros((n_states, 2), dtype=np.bool_)
+    todo = [(int(start_first), 0), (int(start_other), 0)]
+    while todo:
+        state, pending = todo.pop()
+        if seen[state, pending]:
+            continue
+        seen[state, pending] = True
+        for m in words[state].tolist():
+            nxt = (m >> MOVE_SHIFT) >> shift
+            restart = (m >> 8) & 1
+            code = m & 0xFF
+            if nxt == 0:
+                continue                  # a death: the scan goes on from start_other
+            todo.append((nxt, 0 if restart else int(pending or code != 0)))
+    return ~seen[:, 1]
 
 
 def flat_lineage(tables) -> tuple:
@@ -488,22 +589,37 @@ def copy_chunk(first, last, label_offsets, begin, packed, labels, excluded):
         dst_excluded[k] = ((v >> 15) & 1) != 0
 
 
-def compact_slots(p0, p1, i0, counts, scan_lo, out, ends, codes, partitions, numbers):
-    """Every match of partitions ``p0 .. p1-1`` in partition order, from
-    index ``i0`` (the matches of the partitions before): its end, code,
-    partition and number (from 1 in each partition), from the per-partition
-    slot ranges (``counts[p]`` slots from row ``scan_lo[p]``, ``end << 8 |
-    code``); one pass instead of numpy's repeat / arange / gather over the
-    matches."""
+def compact_slots(s0, s1, i0, seg_lo, seg_part, seg_number, counts, drops, fix_first, n_fix,
+                  out, fix_out, ends, codes, partitions, numbers):
+    """Every match of segments ``s0 .. s1-1`` (partitions, or chunks of
+    them) in row order, from index ``i0`` (the matches of the segments
+    before): its end, code, partition and number (``seg_number[s]``: the
+    matches of its partition before the segment), from the segment's
+    replayed slots (``n_fix[s]`` from ``fix_first[s]`` of ``fix_out``) and
+    then its kept speculative ones (``drops[s] .. counts[s]-1`` from row
+    ``seg_lo[s]`` of ``out``; ``end << 8 | code`` each); one pass instead of
+    numpy's repeat / arange / gather over the matches."""
     i = i0
-    for p in range(p0, p1):
-        base = scan_lo[p]
-        for k in range(counts[p]):
-            found = out[base + k]
+    for s in range(s0, s1):
+        k = seg_number[s]
+        p = seg_part[s]
+        base = fix_first[s]
+        for j in range(n_fix[s]):
+            found = fix_out[base + j]
             ends[i] = found >> 8
             codes[i] = found & 0xFF
             partitions[i] = p
-            numbers[i] = k + 1
+            k += 1
+            numbers[i] = k
+            i += 1
+        base = seg_lo[s]
+        for j in range(drops[s], counts[s]):
+            found = out[base + j]
+            ends[i] = found >> 8
+            codes[i] = found & 0xFF
+            partitions[i] = p
+            k += 1
+            numbers[i] = k
             i += 1
 
 
@@ -514,55 +630,101 @@ def compact_slots(p0, p1, i0, counts, scan_lo, out, ends, codes, partitions, num
 # and on two cores they took the CPU from the pool threads of the next step
 # (the walk ran 26-34 ms after a parallel scan, 20 ms without it).
 
-def scan_partitions(p0, p1, classes, scan_lo, scan_hi, moves, shift, end_accept, start_first,
-                    start_other, end_code, row_keys, out, counts):
-    """:func:`scan_partition` of partitions ``p0 .. p1-1``, two at a time
-    (:func:`_scan_pair`): each of the two lanes takes the next partition
-    when its own is done; the last one left runs alone."""
-    if p1 - p0 < 2:
-        for p in range(p0, p1):
-            counts[p] = scan_partition(classes, scan_lo[p], scan_hi[p], moves, shift,
-                                       end_accept, start_first, start_other, end_code, row_keys,
-                                       out, scan_lo[p])
+def scan_segments(s0, s1, classes, seg_lo, seg_hi, seg_first, seg_open, moves, shift,
+                  end_accept, start_first, start_other, end_code, row_keys, out, counts, exits):
+    """Scan segments ``s0 .. s1-1`` (rows ``seg_lo[s] .. seg_hi[s]-1``: a
+    whole partition, or a chunk of one scanned speculatively from its first
+    row), two at a time (:func:`_scan_pair`): each of the two lanes takes
+    the next segment when its own is done; the last one left runs alone.
+    A segment's first search starts in ``start_first`` when it begins its
+    partition (``seg_first``), else in ``start_other``; one that ends
+    inside its partition (``seg_open``) leaves its last search as it is.
+    ``counts[s]``: its matches, at ``out[seg_lo[s] ...]``; ``exits[s]``:
+    the row it stopped at, the move-table offset and the match pending
+    there."""
+    if s1 <= s0:
         return
-    fresh = np.int64(start_first << shift)
-    none = np.int64(-256)
-    pa, pb, nxt = p0, p0 + 1, p0 + 2
-    qa, ha, offa, fa, na = scan_lo[pa], scan_hi[pa], fresh, none, np.int64(0)
-    qb, hb, offb, fb, nb = scan_lo[pb], scan_hi[pb], fresh, none, np.int64(0)
+    fresh_first = np.int64(start_first << shift)
+    fresh = np.int64(start_other << shift)
+    none = np.int64(NO_MATCH)
+    zero = np.int64(0)
+    sa, sb, nxt = s0, s0 + 1, s0 + 2
+    qa, ha, fa, na = seg_lo[sa], seg_hi[sa], none, zero
+    offa = fresh_first if seg_first[sa] else fresh
+    if s1 - s0 == 1:
+        q, off, found, n = _finish(classes, qa, ha, offa, fa, na, qa >= ha, seg_open[sa], moves,
+                                   shift, end_accept, start_other, end_code, row_keys, out,
+                                   seg_lo[sa])
+        _record(sa, q, off, found, n, counts, exits)
+        return
+    qb, hb, fb, nb = seg_lo[sb], seg_hi[sb], none, zero
+    offb = fresh_first if seg_first[sb] else fresh
     da, db = qa >= ha, qb >= hb
     while True:
-        if da:                       # lane a's partition is done: the next one, if any
-            counts[pa] = na
-            if nxt == p1:
-                counts[pb] = _finish(classes, qb, hb, offb, fb, nb, db, moves, shift,
-                                     end_accept, start_other, end_code, row_keys, out,
-                                     scan_lo[pb])
+        if da:                       # lane a's segment is done: the next, else b alone
+            _record(sa, qa, offa, fa, na, counts, exits)
+            if nxt == s1:
+                q, off, found, n = _finish(classes, qb, hb, offb, fb, nb, db, seg_open[sb],
+                                           moves, shift, end_accept, start_other, end_code,
+                                           row_keys, out, seg_lo[sb])
+                _record(sb, q, off, found, n, counts, exits)
                 return
-            pa, nxt = nxt, nxt + 1
-            qa, ha, offa, fa, na = scan_lo[pa], scan_hi[pa], fresh, none, np.int64(0)
+            sa, nxt = nxt, nxt + 1
+            qa, ha, fa, na = seg_lo[sa], seg_hi[sa], none, zero
+            offa = fresh_first if seg_first[sa] else fresh
             da = qa >= ha
             continue
         if db:
-            counts[pb] = nb
-            if nxt == p1:
-                counts[pa] = _finish(classes, qa, ha, offa, fa, na, da, moves, shift,
-                                     end_accept, start_other, end_code, row_keys, out,
-                                     scan_lo[pa])
+            _record(sb, qb, offb, fb, nb, counts, exits)
+            if nxt == s1:
+                q, off, found, n = _finish(classes, qa, ha, offa, fa, na, da, seg_open[sa],
+                                           moves, shift, end_accept, start_other, end_code,
+                                           row_keys, out, seg_lo[sa])
+                _record(sa, q, off, found, n, counts, exits)
                 return
-            pb, nxt = nxt, nxt + 1
-            qb, hb, offb, fb, nb = scan_lo[pb], scan_hi[pb], fresh, none, np.int64(0)
+            sb, nxt = nxt, nxt + 1
+            qb, hb, fb, nb = seg_lo[sb], seg_hi[sb], none, zero
+            offb = fresh_first if seg_first[sb] else fresh
             db = qb >= hb
             continue
         qa, offa, fa, na, qb, offb, fb, nb = _scan_pair(
-            classes, qa, offa, fa, na, scan_lo[pa], qb, offb, fb, nb, scan_lo[pb],
+            classes, qa, offa, fa, na, seg_lo[sa], qb, offb, fb, nb, seg_lo[sb],
             min(ha - qa, hb - qb), moves, row_keys, out)
         if qa == ha or offa == 0:
-            qa, offa, fa, na, da = _settle(qa, ha, offa, fa, na, shift, end_accept, end_code,
-                                           start_other, out, scan_lo[pa])
+            qa, offa, fa, na, da = _settle(qa, ha, offa, fa, na, seg_open[sa], shift,
+                                           end_accept, end_code, start_other, out, seg_lo[sa])
         if qb == hb or offb == 0:
-            qb, offb, fb, nb, db = _settle(qb, hb, offb, fb, nb, shift, end_accept, end_code,
-                                           start_other, out, scan_lo[pb])
+            qb, offb, fb, nb, db = _settle(qb, hb, offb, fb, nb, seg_open[sb], shift,
+                                           end_accept, end_code, start_other, out, seg_lo[sb])
+
+
+@register_jitable
+def _record(s, q, off, found, n, counts, exits):
+    """Segment ``s`` is done: its matches and where and how it stopped."""
+    counts[s] = n
+    exits[s, 0] = q
+    exits[s, 1] = off
+    exits[s, 2] = found
+
+
+def repair_partitions(c0, c1, chain_first, chain_end, classes, seg_lo, seg_hi, seg_open, moves,
+                      shift, end_accept, start_other, end_code, clean, row_keys, out, counts,
+                      fix_out, fix_first, n_fix, drops, exits):
+    """:func:`repair_chunk` along the chunks of chunked partitions ``c0 ..
+    c1-1`` (partition ``c``'s chunks are segments ``chain_first[c] ..
+    chain_end[c]-1``, in row order; its first is no speculation): each
+    chunk entered where and as the (repaired) one before it left."""
+    for c in range(c0, c1):
+        first = chain_first[c]
+        fix_at = seg_lo[first]        # the partition's replayed matches, in order
+        fix_first[first] = fix_at
+        n_fix[first] = 0
+        drops[first] = 0
+        for k in range(first + 1, chain_end[c]):
+            fix_at = repair_chunk(k, exits[k - 1, 0], exits[k - 1, 1], exits[k - 1, 2],
+                                  classes, seg_lo, seg_hi, seg_open, moves, shift, end_accept,
+                                  start_other, end_code, clean, row_keys, out, counts, fix_out,
+                                  fix_at, fix_first, n_fix, drops, exits)
 
 
 # Matches per call of the walk and copy bodies: enough to amortise the call.
@@ -607,7 +769,8 @@ def copy_all(c0, c1, label_offsets, begins, packed, labels, excluded):
                    labels, excluded)
 
 
-_DRIVERS = (scan_partitions, compact_slots, walk_all, copy_all, walk_measures_groups)
+_DRIVERS = (scan_segments, compact_slots, walk_all, copy_all, walk_measures_groups,
+            repair_partitions)
 _compiled: list = []
 
 
@@ -633,49 +796,101 @@ def _in_pieces(run, work_before, threads: bool) -> list:
     return run_pieces(run, split(work_before) if threads else [(0, jobs)])
 
 
-def prefers_chunks(offsets: np.ndarray) -> bool:
-    """Whether ``kernels.scan.run_scan`` would cut the partitions into
-    speculative chunks on all cores (a partition wider than one thread's
-    share): this scan runs a partition on one thread, so there the anchored
-    chunked scan is the faster one."""
-    import numba
+def chunk_rows(offsets: np.ndarray) -> int:
+    """Rows per speculative chunk when a partition is wider than one
+    thread's share of the rows (one or a few long partitions would leave
+    cores idle), else 0: whole partitions. The thresholds are the anchored
+    scan's (kernels/scan.py ``CHUNKED_MIN_ROWS``, ``CHUNK_MIN_ROWS``,
+    ``CHUNK_THREADS``): about four chunks a thread, none shorter than
+    ``CHUNK_MIN_ROWS``, so that the replays at their borders stay a small
+    share."""
     n = int(offsets[-1] - offsets[0]) if offsets.shape[0] else 0
     if n < S.CHUNKED_MIN_ROWS or offsets.shape[0] < 2:
-        return False
-    threads = S.CHUNK_THREADS or numba.get_num_threads()
-    return threads >= 2 and int(np.diff(offsets).max()) > n // threads
+        return 0
+    threads = S.CHUNK_THREADS or thread_count()
+    widest = int(np.diff(offsets).max())
+    if threads < 2 or widest <= n // threads:
+        return 0
+    return max(S.CHUNK_MIN_ROWS, -(-widest // (4 * threads)))
+
+
+def _segments(offsets: np.ndarray, rows: int) -> tuple:
+    """The scan's segments: ``(lo, hi, first of its partition, open end,
+    partition, chains)``, whole partitions, or for a partition wider than
+    ``rows`` (> 0) chunks of about that many rows; ``chains``: per chunked
+    partition its first segment and one past its last (2 x partitions)."""
+    lo, hi = offsets[:-1], offsets[1:]
+    parts = np.arange(lo.shape[0], dtype=np.int64)
+    if rows <= 0:
+        return (lo.copy(), hi.copy(), np.ones(lo.shape[0], np.bool_),
+                np.zeros(lo.shape[0], np.bool_), parts, np.zeros((2, 0), np.int64))
+    pieces = np.maximum(1, -(-(hi - lo) // rows))
+    seg_part = np.repeat(parts, pieces)
+    first_seg = np.zeros(lo.shape[0] + 1, dtype=np.int64)
+    np.cumsum(pieces, out=first_seg[1:])
+    place = np.arange(seg_part.shape[0], dtype=np.int64) - first_seg[seg_part]
+    width = (hi - lo)[seg_part]
+    count = pieces[seg_part]
+    seg_lo = lo[seg_part] + width * place // count        # about equal chunks
+    seg_hi = lo[seg_part] + width * (place + 1) // count
+    chained = np.flatnonzero(pieces > 1)
+    chains = np.stack([first_seg[chained], first_seg[chained + 1]])
+    return seg_lo, seg_hi, place == 0, place < count - 1, seg_part, chains
 
 
 def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool) -> tuple:
     """The scan and the compacted matches: ``(ends, codes, partitions,
     numbers, row keys, scan_hi, kernels)``; compiled, on the thread pool
-    in ranges of partitions of about equal rows."""
+    in ranges of segments of about equal rows: whole partitions, or when
+    one is wider than a thread's share of the rows, speculative chunks of
+    the long ones, each then repaired from where the one before it left
+    (:func:`repair_chunk`)."""
     n = classes.shape[0]
-    n_parts = offsets.shape[0] - 1
-    scan_lo, scan_hi = offsets[:-1].copy(), offsets[1:].copy()
     t = tables
     moves, shift = pack_moves(t)
     end_code = np.where(t.end_thread >= 0, t.end_thread + 2, 0).astype(np.int32)
     row_keys = B.empty(n, row_key_dtype(t))
     out = B.empty(n, np.int64)
-    counts = np.zeros(n_parts, dtype=np.int64)
+    seg_lo, seg_hi, seg_first, seg_open, seg_part, chains = _segments(
+        offsets, chunk_rows(offsets))
+    n_seg = seg_lo.shape[0]
+    counts = np.zeros(n_seg, dtype=np.int64)
+    exits = np.zeros((n_seg, 3), dtype=np.int64)
     kernels = _cpu_kernels(compiled)
-    rows_before = offsets - offsets[0]
+    rows_before = np.append(seg_lo - offsets[0], n)
     _in_pieces(lambda a, b: kernels[0](
-        np.int64(a), np.int64(b), classes, scan_lo, scan_hi, moves, np.int64(shift),
-        t.end_accept, np.int64(t.start_first), np.int64(t.start_other), end_code, row_keys,
-        out, counts), rows_before, compiled)
-    matches_before = np.zeros(n_parts + 1, dtype=np.int64)
-    np.cumsum(counts, out=matches_before[1:])
+        np.int64(a), np.int64(b), classes, seg_lo, seg_hi, seg_first, seg_open, moves,
+        np.int64(shift), t.end_accept, np.int64(t.start_first), np.int64(t.start_other),
+        end_code, row_keys, out, counts, exits), rows_before, compiled)
+    fix_first = np.zeros(n_seg, dtype=np.int64)
+    n_fix = np.zeros(n_seg, dtype=np.int64)
+    drops = np.zeros(n_seg, dtype=np.int64)
+    fix_out = out
+    if chains.shape[1]:
+        # each chunked partition's chain of chunks in order, on this thread:
+        # the replays are short (usually a match or two at each border)
+        fix_out = B.empty(n, np.int64)
+        kernels[5](np.int64(0), np.int64(chains.shape[1]), chains[0], chains[1], classes, seg_lo,
+                   seg_hi, seg_open, moves, np.int64(shift), t.end_accept,
+                   np.int64(t.start_other), end_code,
+                   clean_states(moves, shift, t.start_first, t.start_other, t.n_states),
+                   row_keys, out, counts, fix_out, fix_first, n_fix, drops, exits)
+    kept = n_fix + counts - drops
+    matches_before = np.zeros(n_seg + 1, dtype=np.int64)
+    np.cumsum(kept, out=matches_before[1:])
+    # each segment's first match number: the matches of its partition before it
+    part_first = np.searchsorted(seg_part, seg_part, side="left")
+    seg_number = matches_before[:-1] - matches_before[part_first]
     n_matches = int(matches_before[-1])
     ends = B.empty(n_matches, np.int64)
     codes = B.empty(n_matches, np.int32)
     partitions = B.empty(n_matches, np.int64)
     numbers = B.empty(n_matches, np.int64)
     _in_pieces(lambda a, b: kernels[1](
-        np.int64(a), np.int64(b), matches_before[a], counts, scan_lo, out, ends, codes,
-        partitions, numbers), matches_before, compiled)
-    return ends, codes, partitions, numbers, row_keys, scan_hi, kernels
+        np.int64(a), np.int64(b), matches_before[a], seg_lo, seg_part, seg_number, counts,
+        drops, fix_first, n_fix, out, fix_out, ends, codes, partitions, numbers),
+        matches_before, compiled)
+    return ends, codes, partitions, numbers, row_keys, offsets[1:].copy(), kernels
 
 
 def _labels(ends, codes, row_keys, tables, starts, kernels, threads: bool) -> tuple:

@@ -300,14 +300,13 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
                      rows_before: int = 0) -> tuple:
     """:func:`scan_to_matches` and which scan ran. The unanchored scan
     (kernels/unanchored.py: one DFA step per row, recovery in one backward
-    walk) runs for AFTER MATCH SKIP PAST LAST ROW over whole partitions when
-    its automaton is within its cap, unless a partition is so long that the
-    anchored scan's speculative chunks on all cores are faster; else the
-    anchored scan and its path recovery (kernels/scan.py)."""
+    walk) runs for AFTER MATCH SKIP PAST LAST ROW over whole partitions
+    (long ones in speculative chunks) when its automaton is within its cap;
+    else the anchored scan and its path recovery (kernels/scan.py)."""
     from ..kernels.scan import ERR_SKIP_NO_ROW, run_recovery, run_scan
     offsets = data.partition_offsets.astype(np.int64, copy=False)
     skip = query.skip
-    why = _anchored_reason(query, offsets, unanchored, scan_from, continues, open_end)
+    why = _anchored_reason(query, unanchored, scan_from, continues, open_end)
     horizon = None
     if query.time_limit is not None:
         from ..horizons import row_horizons
@@ -356,7 +355,11 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
                                     walked)
     else:
         found = MatchArrays(partitions, numbers, starts, ends - 1, *paths)
-    return found, resume, "unanchored" if why is None else f"anchored: {why}"
+    if why is not None:
+        return found, resume, f"anchored: {why}"
+    from ..kernels.unanchored import chunk_rows
+    return found, resume, ("unanchored, long partitions in speculative chunks on all cores"
+                           if chunk_rows(offsets) else "unanchored")
 
 
 def _walk_columns(request: tuple, n_vars: int):
@@ -387,8 +390,8 @@ def _walked(request: tuple, got: dict) -> dict:
     return out
 
 
-def _anchored_reason(query: CheckedQuery, offsets: np.ndarray, unanchored, scan_from: int,
-                     continues: bool, open_end: bool) -> Optional[str]:
+def _anchored_reason(query: CheckedQuery, unanchored, scan_from: int, continues: bool,
+                     open_end: bool) -> Optional[str]:
     """Why the anchored scan runs rather than the unanchored one, or None."""
     if query.skip.kind != "PAST_LAST_ROW":
         return f"AFTER MATCH SKIP TO {query.skip.kind.replace('_', ' ')}"
@@ -399,9 +402,6 @@ def _anchored_reason(query: CheckedQuery, offsets: np.ndarray, unanchored, scan_
         return "a stream batch"
     if numba_missing() is not None:
         return "numba is not installed"
-    from ..kernels.unanchored import prefers_chunks
-    if prefers_chunks(offsets):
-        return "a partition longer than one thread's share: speculative chunks on all cores"
     if unanchored is None or unanchored() is None:
         return "the unanchored DFA is past its cap (states, or threads per state)"
     return None
