@@ -228,6 +228,10 @@ def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start
                    start_other, end_code, row_keys, out, out_base)[3]
 
 
+# Most rows a chunk's replay scans between its checks for agreement.
+REPLAY_STRIDE = 256
+
+
 @register_jitable
 def repair_chunk(k, q, off, found, classes, seg_lo, seg_hi, seg_open, moves, shift,
                  end_accept, start_other, end_code, clean, row_keys, out, counts, fix_out,
@@ -263,6 +267,10 @@ def repair_chunk(k, q, off, found, classes, seg_lo, seg_hi, seg_open, moves, shi
     n = np.int64(0)
     written = q - 1                   # rows up to here hold the replay's keys
     n_spec = counts[k]
+    # rows between the checks: one at first (the scans agree within a row or
+    # two on tick data), doubling up to REPLAY_STRIDE (where they never do,
+    # one match over the whole partition, the replay runs at the scan's pace)
+    stride = np.int64(1)
     while True:
         if found == NO_MATCH and q > written and lo <= q < hi:
             state = np.int64(row_keys[np.uint64(q)]) >> shift
@@ -278,8 +286,9 @@ def repair_chunk(k, q, off, found, classes, seg_lo, seg_hi, seg_open, moves, shi
                 n_fix[k] = n
                 return fix_at + n
         if q < hi:
-            q, off, found, n = _scan_rows(classes, q, q + 1, off, found, n, moves, row_keys,
-                                          fix_out, fix_at)
+            q, off, found, n = _scan_rows(classes, q, min(q + stride, hi), off, found, n, moves,
+                                          row_keys, fix_out, fix_at)
+            stride = min(2 * stride, REPLAY_STRIDE)
             if q - 1 > written:
                 written = q - 1
             if off != 0 and q < hi:
