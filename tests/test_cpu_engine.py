@@ -311,8 +311,10 @@ def test_many_partitions_in_parallel_blocks_equal_reference():
 def test_long_partitions_in_speculative_chunks_on_all_cores_equal_reference(clause, table,
                                                                           chunk_rows):
     # One or a few long partitions: the CPU scans them in speculative chunks
-    # (kernels/chunks.py, the GPU's bodies) with boundary repair; forced
-    # here on tiny tables and chunks.
+    # with boundary repair (AFTER MATCH SKIP PAST LAST ROW: the unanchored
+    # scan's chunks and replays, kernels/unanchored.py; other skips:
+    # kernels/chunks.py, the GPU's bodies); forced here on tiny tables and
+    # chunks.
     from gpu_mr.kernels import scan as S
     saved = S.CHUNKED_MIN_ROWS, S.CHUNK_MIN_ROWS, S.CHUNK_THREADS
     S.CHUNKED_MIN_ROWS, S.CHUNK_MIN_ROWS, S.CHUNK_THREADS = 1, chunk_rows, 64
