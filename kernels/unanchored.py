@@ -992,7 +992,9 @@ class WalkColumns:
 
     def __init__(self, bounds, chunks, edges, extremes, n_vars: int, landings=()):
         self.bounds = np.asarray(bounds, dtype=np.int64)
-        self.chunks = [tuple(c) for c in chunks]
+        # read-only views, whatever the columns' own flags: one compiled
+        # signature of the walk for every input (each costs a cache load)
+        self.chunks = [tuple(_read_only(np.asarray(a).view()) for a in c) for c in chunks]
         self.edge_col = np.array([c for c, _ in edges], dtype=np.int64)
         self.edge_end = np.array([e for _, e in edges], dtype=np.bool_)
         self.ext_col = np.array([x[0] for x in extremes], dtype=np.int64)
