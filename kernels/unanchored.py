@@ -111,29 +111,37 @@ def row_key_dtype(tables) -> np.dtype:
 
 
 @register_jitable
+def _step(classes, q, off, found, n_out, moves, row_keys, out, out_base):
+    """One row of the scan: row ``q`` read from the move table's row
+    ``off``; returns ``(q + 1, off, found, n_out)``. ``found`` is ``end << 8
+    | code`` of the match so far (``NO_MATCH``: none); ``off`` 0 when the
+    search died (its match ended earlier: the caller settles it)."""
+    # unsigned indices: numba adds no negative-index wraparound (four
+    # instructions and a spilled register a row each)
+    uq = np.uint64(q)
+    cls = classes[uq]
+    m = moves[np.uint64(off + cls)]
+    c = m & 0xFF
+    restart = (m >> 8) & 1
+    # Branch-free: where a match ends (often) and where the search restarts
+    # at its end (as often) are data the CPU cannot predict, so each choice
+    # is arithmetic (numba compiles `a if c else b` here to a branch, which
+    # cost a tenth of the scan's time).
+    found += np.int64(c != 0) * ((q << 8 | c) - found)
+    row_keys[uq] = ((m >> 9) & KEY_MASK) | cls
+    out[np.uint64(out_base + n_out)] = found      # kept only when n_out moves on
+    n_out += restart
+    found += restart * (NO_MATCH - found)
+    return q + 1, m >> MOVE_SHIFT, found, n_out
+
+
+@register_jitable
 def _scan_rows(classes, q, stop, off, found, n_out, moves, row_keys, out, out_base):
-    """The scan's hot loop: rows ``q .. stop-1`` from the move table's row
-    ``off``, until a search dies; returns ``(q, off, found, n_out)``.
-    ``found`` is ``end << 8 | code`` of the match so far (``NO_MATCH``: none)."""
+    """The scan's hot loop: rows ``q .. stop-1`` (:func:`_step`) until a
+    search dies; returns ``(q, off, found, n_out)``."""
     while q < stop:
-        # unsigned indices: numba adds no negative-index wraparound (four
-        # instructions and a spilled register a row each)
-        uq = np.uint64(q)
-        cls = classes[uq]
-        m = moves[np.uint64(off + cls)]
-        c = m & 0xFF
-        restart = (m >> 8) & 1
-        # Branch-free: where a match ends (often) and where the search
-        # restarts at its end (as often) are data the CPU cannot predict,
-        # so each choice is arithmetic (numba compiles `a if c else b`
-        # here to a branch, which cost a tenth of the scan's time).
-        found += np.int64(c != 0) * ((q << 8 | c) - found)
-        row_keys[uq] = ((m >> 9) & KEY_MASK) | cls
-        out[np.uint64(out_base + n_out)] = found  # kept only when n_out moves on
-        n_out += restart
-        found += restart * (NO_MATCH - found)
-        off = m >> MOVE_SHIFT
-        q += 1
+        q, off, found, n_out = _step(classes, q, off, found, n_out, moves, row_keys, out,
+                                     out_base)
         if off == 0:                 # rare: the search died, its match ended earlier
             break
     return q, off, found, n_out
@@ -148,30 +156,8 @@ def _scan_pair(classes, qa, offa, fa, na, base_a, qb, offb, fb, nb, base_b, rows
     table word; two independent chains keep the core busy while each waits
     (1e7 rows on one thread: 18.5 -> 12.2 ms)."""
     for _ in range(rows):
-        ua = np.uint64(qa)
-        ub = np.uint64(qb)
-        ca = classes[ua]
-        ma = moves[np.uint64(offa + ca)]
-        cb = classes[ub]
-        mb = moves[np.uint64(offb + cb)]
-        c = ma & 0xFF
-        restart = (ma >> 8) & 1
-        fa += np.int64(c != 0) * ((qa << 8 | c) - fa)
-        row_keys[ua] = ((ma >> 9) & KEY_MASK) | ca
-        out[np.uint64(base_a + na)] = fa
-        na += restart
-        fa += restart * (NO_MATCH - fa)
-        offa = ma >> MOVE_SHIFT
-        qa += 1
-        c = mb & 0xFF
-        restart = (mb >> 8) & 1
-        fb += np.int64(c != 0) * ((qb << 8 | c) - fb)
-        row_keys[ub] = ((mb >> 9) & KEY_MASK) | cb
-        out[np.uint64(base_b + nb)] = fb
-        nb += restart
-        fb += restart * (NO_MATCH - fb)
-        offb = mb >> MOVE_SHIFT
-        qb += 1
+        qa, offa, fa, na = _step(classes, qa, offa, fa, na, moves, row_keys, out, base_a)
+        qb, offb, fb, nb = _step(classes, qb, offb, fb, nb, moves, row_keys, out, base_b)
         if (offa == 0) | (offb == 0):
             break
     return qa, offa, fa, na, qb, offb, fb, nb
@@ -670,6 +656,9 @@ def scan_segments(s0, s1, classes, seg_lo, seg_hi, seg_first, seg_open, moves, s
     offb = fresh_first if seg_first[sb] else fresh
     da, db = qa >= ha, qb >= hb
     while True:
+        if db and not da:            # the lanes are alike: let a be the one that is done
+            sa, qa, ha, offa, fa, na, da, sb, qb, hb, offb, fb, nb, db = \
+                sb, qb, hb, offb, fb, nb, db, sa, qa, ha, offa, fa, na, da
         if da:                       # lane a's segment is done: the next, else b alone
             _record(sa, qa, offa, fa, na, counts, exits)
             if nxt == s1:
@@ -682,19 +671,6 @@ def scan_segments(s0, s1, classes, seg_lo, seg_hi, seg_first, seg_open, moves, s
             qa, ha, fa, na = seg_lo[sa], seg_hi[sa], none, zero
             offa = fresh_first if seg_first[sa] else fresh
             da = qa >= ha
-            continue
-        if db:
-            _record(sb, qb, offb, fb, nb, counts, exits)
-            if nxt == s1:
-                q, off, found, n = _finish(classes, qa, ha, offa, fa, na, da, seg_open[sa],
-                                           moves, shift, end_accept, start_other, end_code,
-                                           row_keys, out, seg_lo[sa])
-                _record(sa, q, off, found, n, counts, exits)
-                return
-            sb, nxt = nxt, nxt + 1
-            qb, hb, fb, nb = seg_lo[sb], seg_hi[sb], none, zero
-            offb = fresh_first if seg_first[sb] else fresh
-            db = qb >= hb
             continue
         qa, offa, fa, na, qb, offb, fb, nb = _scan_pair(
             classes, qa, offa, fa, na, seg_lo[sa], qb, offb, fb, nb, seg_lo[sb],
