@@ -596,26 +596,27 @@ def compact_slots(s0, s1, i0, seg_lo, seg_part, seg_number, counts, drops, fix_f
     numpy's repeat / arange / gather over the matches."""
     i = i0
     for s in range(s0, s1):
-        k = seg_number[s]
-        p = seg_part[s]
-        base = fix_first[s]
-        for j in range(n_fix[s]):
-            found = fix_out[base + j]
-            ends[i] = found >> 8
-            codes[i] = found & 0xFF
-            partitions[i] = p
-            k += 1
-            numbers[i] = k
-            i += 1
-        base = seg_lo[s]
-        for j in range(drops[s], counts[s]):
-            found = out[base + j]
-            ends[i] = found >> 8
-            codes[i] = found & 0xFF
-            partitions[i] = p
-            k += 1
-            numbers[i] = k
-            i += 1
+        k, i = _unpack(fix_out, fix_first[s], fix_first[s] + n_fix[s], seg_part[s],
+                       seg_number[s], i, ends, codes, partitions, numbers)
+        k, i = _unpack(out, seg_lo[s] + drops[s], seg_lo[s] + counts[s], seg_part[s], k, i,
+                       ends, codes, partitions, numbers)
+
+
+@register_jitable
+def _unpack(words, first, last, p, k, i, ends, codes, partitions, numbers):
+    """Matches ``words[first .. last-1]`` (``end << 8 | code``) of
+    partition ``p`` as numbers ``k + 1, ...`` at ``i ...``; returns the
+    next ``(k, i)``. (Unsigned indices: no wraparound test per store.)"""
+    for j in range(first, last):
+        found = words[np.uint64(j)]
+        ui = np.uint64(i)
+        ends[ui] = found >> 8
+        codes[ui] = found & 0xFF
+        partitions[ui] = p
+        k += 1
+        numbers[ui] = k
+        i += 1
+    return k, i
 
 
 # The drivers: each runs a range of independent jobs (partitions, groups of
