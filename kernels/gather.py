@@ -46,11 +46,12 @@ def gather_block(values, valid, has_valid, lo, hi, rows, out, out_valid, a, b):
     loop per set runs about twice as fast as one loop over every set)."""
     n = hi - lo
     for o in range(a, b):
-        r = rows[o] - lo
+        uo = np.uint64(o)           # unsigned: no wraparound test per load and store
+        r = rows[uo] - lo
         if r >= 0 and r < n:
-            out[o] = values[r]
+            out[uo] = values[np.uint64(r)]
             if has_valid:
-                out_valid[o] = valid[r]
+                out_valid[uo] = valid[np.uint64(r)]
 
 
 def gather_fixed(values, valid, has_valid, lo, hi, first_out, end_out, k, rows0, rows1, rows2,
