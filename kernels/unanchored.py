@@ -449,16 +449,17 @@ def _landing_row(member, first, var, q, row):
 
 
 @register_jitable
-def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, starts, lo,
-                  n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0, edge_out1,
+def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, starts, lengths,
+                  lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0, edge_out1,
                   edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0, keys1, member1,
                   orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1, ext_nan, n_land,
                   land_member0, land_first0, land_member1, land_first1, land_member2,
                   land_first2, land_member3, land_first3, land_out0, land_out1, land_out2,
                   land_out3):
     """:func:`walk_matches` for ONE ROW PER MATCH measures, labels not
-    written (``row_keys`` are left as they are): for matches ``first .. last-1``, set
-    ``starts[i]`` and, from columns read from row ``lo`` on (every row of
+    written (``row_keys`` are left as they are): for matches ``first ..
+    last-1``, set ``starts[i]`` and ``lengths[i]`` (its rows) and, from
+    columns read from row ``lo`` on (every row of
     those matches lies there, a column's arrays non-empty):
     for the first ``n_edge`` (at most ``WALK_EDGES``) edges ``j``,
     ``edge_out<j>[i]``: ``edges<j>`` (uint64 words) at the match's first
@@ -523,6 +524,7 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
                     break
                 t = _next_thread(step, t, starts, ui)
         starts[ui] = np.int64(q)
+        lengths[ui] = end - np.int64(q)
         if n_land > 0:
             land_out0[ui] = l0
             if n_land > 1:
@@ -725,8 +727,8 @@ def walk_all(c0, c1, ends, codes, row_keys, lineage, thread_shift, starts, begin
                                      lineage, thread_shift, starts)
 
 
-def walk_measures_groups(g0, g1, ends, codes, row_keys, lineage, thread_shift, starts, lo,
-                         n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0, edge_out1,
+def walk_measures_groups(g0, g1, ends, codes, row_keys, lineage, thread_shift, starts, lengths,
+                         lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0, edge_out1,
                          edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0, keys1,
                          member1, orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1,
                          ext_nan, n_land, land_member0, land_first0, land_member1, land_first1,
@@ -739,7 +741,7 @@ def walk_measures_groups(g0, g1, ends, codes, row_keys, lineage, thread_shift, s
     for g in range(g0, g1):
         first = g * WALK_CHUNK
         walk_measures(first, min(n, first + WALK_CHUNK), ends, codes, row_keys, lineage,
-                      thread_shift, starts, lo, n_edge, edges0, edges1, edges2, edges3, at_end,
+                      thread_shift, starts, lengths, lo, n_edge, edges0, edges1, edges2, edges3, at_end,
                       edge_out0, edge_out1, edge_out2, edge_out3, n_ext, keys0, member0,
                       orient0, none0, keys1, member1, orient1, none1, ext_row0, ext_row1,
                       ext_val0, ext_val1, ext_nan[g], n_land, land_member0, land_first0,
@@ -1055,6 +1057,10 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
                                                                          tables, compiled)
     m = ends.shape[0]
     starts = B.empty(m, np.int64)
+    # the walk writes each match's length after its label offset; one
+    # cumulative sum then makes the offsets (no pass over starts and ends)
+    label_offsets = B.empty(m + 1, np.int64)
+    label_offsets[0] = 0
     n_edge, n_ext = walk.edge_col.shape[0], walk.ext_col.shape[0]
     edge_out = B.empty((n_edge, m), np.uint64)
     ext_row = B.empty((n_ext, m), np.int64)
@@ -1091,8 +1097,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
         for g0, g1, lo, edges, keys in pieces:
             if max(g0, a) < min(g1, b):
                 kernels[4](np.int64(max(g0, a)), np.int64(min(g1, b)), ends, codes,
-                           row_keys, lineage, np.int64(thread_shift), starts, np.int64(lo), np.int64(n_edge), *edges, walk.edge_end,
-                           *edge_outs, np.int64(n_ext), keys[0], walk.ext_member[0],
+                           row_keys, lineage, np.int64(thread_shift), starts,
+                           label_offsets[1:], np.int64(lo), np.int64(n_edge), *edges,
+                           walk.edge_end, *edge_outs, np.int64(n_ext), keys[0], walk.ext_member[0],
                            orient[0], none[0], keys[1], walk.ext_member[1], orient[1],
                            none[1], *ext_rows, ext_val[0], ext_val[1], ext_nan,
                            np.int64(walk.n_land), walk.land_member[0], walk.land_first[0],
@@ -1103,7 +1110,7 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     # the GIL), not a parallel launch per chunk of the columns; pieces of
     # about equal rows (matches are longer in some partitions than others).
     _in_pieces(run, _rows_before_groups(ends, n_groups), compiled)
-    label_offsets = _label_offsets(starts, ends)
+    np.cumsum(label_offsets[1:], out=label_offsets[1:])
 
     def paths() -> tuple:
         got = _labels(ends, codes, row_keys, tables, B.empty(m, np.int64), kernels, compiled)
