@@ -912,12 +912,18 @@ def _label_offsets(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return offsets
 
 
+# A match's fixed cost in the walk (the mispredicted exit at its start, its
+# stores), in rows spanned: what weighs groups of short matches fairly.
+MATCH_COST_ROWS = 8
+
+
 def _rows_before_groups(ends: np.ndarray, n_groups: int) -> np.ndarray:
-    """The rows before each group of ``WALK_CHUNK`` matches (and after the
-    last), as an offsets array: the walks' work, up to the rows between
-    matches."""
+    """The walks' work before each group of ``WALK_CHUNK`` matches (and
+    after the last), as an offsets array: the rows the groups span, up to
+    the rows between matches, plus ``MATCH_COST_ROWS`` a match."""
     bounds = np.zeros(n_groups + 1, dtype=np.int64)
-    bounds[1:] = ends[np.minimum(np.arange(1, n_groups + 1) * WALK_CHUNK, ends.shape[0]) - 1]
+    last = np.minimum(np.arange(1, n_groups + 1) * WALK_CHUNK, ends.shape[0])
+    bounds[1:] = ends[last - 1] + MATCH_COST_ROWS * last
     return bounds
 
 
