@@ -619,9 +619,11 @@ _MIN_RUN_ROWS = 1_000
 
 def _fill_runs(small: pa.Array, counts: np.ndarray) -> Optional[pa.Array]:
     """``small[p]`` repeated ``counts[p]`` times, p ascending (no NULLs), by
-    numpy's block copies: np.repeat of the values of a fixed-width type, a
-    string's bytes doubled by memcpy along its run. None for other types, or
-    strings in runs too short to repay a few numpy calls each."""
+    block copies: np.repeat of the values of a fixed-width type; strings by
+    one compiled pass (kernels/gather.py ``string_runs``), else a string's
+    bytes doubled by numpy's memcpy along its run. None for other types, or
+    (without the compiled pass) strings in runs too short to repay a few
+    numpy calls each."""
     t, n = small.type, int(counts.sum())
     fixed = _fixed_chunks(pa.chunked_array([small], t))
     if fixed is not None:
@@ -637,8 +639,11 @@ def _fill_runs(small: pa.Array, counts: np.ndarray) -> Optional[pa.Array]:
         else:
             out = np.repeat(words, counts)
         return pa.Array.from_buffers(t, n, [None, pa.py_buffer(out)])
+    if not _is_binary_like(t):
+        return None
+    kernel = G.kernels(n >= G_MIN_ROWS)[5]
     runs = np.flatnonzero(counts)
-    if not _is_binary_like(t) or n < _MIN_RUN_ROWS * len(runs):
+    if kernel is G.DRIVERS[5] and n < _MIN_RUN_ROWS * len(runs):
         return None
     piece = _string_piece(small)
     lengths = np.diff(piece.offsets).astype(np.int64)
@@ -649,6 +654,11 @@ def _fill_runs(small: pa.Array, counts: np.ndarray) -> Optional[pa.Array]:
     out_offsets = B.empty(n + 1, np.int64 if large else np.int32)
     out_offsets[0] = 0
     out_data = B.empty(total, np.uint8)
+    if kernel is not G.DRIVERS[5]:          # compiled: one pass, no Python loop per run
+        kernel(piece.offsets, piece.data, counts.astype(np.int64, copy=False), out_offsets,
+               out_data)
+        return pa.Array.from_buffers(t, n, [None, pa.py_buffer(out_offsets),
+                                            pa.py_buffer(out_data)])
     pos = o = 0
     for p in runs.tolist():
         c, width, a = int(counts[p]), int(lengths[p]), int(piece.offsets[p])

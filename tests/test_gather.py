@@ -93,26 +93,30 @@ def test_repeat_small_strings_as_take(typ, runs, pieces, monkeypatch):
         got.validate(full=True)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("small", [
     pa.array(["", "SYM1", "ä😀", "x" * 40]), pa.array(["a", "", "bc", ""], pa.large_string()),
     pa.array([b"\x00", b"", b"zz", b"q"]), pa.array([5, -1, 2**40, 0], pa.int64()),
     pa.array([1, 2, 3, 4], pa.int16()),
     pa.array([0, 10**12, 5, 7], pa.timestamp("us", tz="UTC")),
+    pa.array(["skipped", "AB", "", "CDE", "F"]).slice(1),      # offsets not from 0
 ])
-def test_fill_runs_is_a_take_of_sorted_runs(small, monkeypatch):
+def test_fill_runs_is_a_take_of_sorted_runs(small, compiled, monkeypatch):
     """measures._fill_runs (a partition key per output row, one run per
-    partition) equals Arrow's take, with empty runs and empty strings, and
-    declines past its run limit for strings."""
+    partition) equals Arrow's take, with empty runs and empty strings, by
+    the compiled pass (kernels/gather.py string_runs) or numpy's copies;
+    the latter declines past its run limit for strings."""
     counts = np.array([3, 0, 1, 5])
     index = np.repeat(np.arange(4), counts)
+    monkeypatch.setattr(measures, "G_MIN_ROWS", 0 if compiled else 10**9)
     monkeypatch.setattr(measures, "_MIN_RUN_ROWS", 1)
     got = measures._fill_runs(small, counts)
     assert got.type == small.type
     got.validate(full=True)
     assert got.to_pylist() == small.take(pa.array(index)).to_pylist()
     monkeypatch.setattr(measures, "_MIN_RUN_ROWS", 4)     # 9 rows in 3 runs: too short
-    if pa.types.is_integer(small.type) or pa.types.is_timestamp(small.type):
-        assert measures._fill_runs(small, counts) is not None     # np.repeat: any runs
+    if compiled or pa.types.is_integer(small.type) or pa.types.is_timestamp(small.type):
+        assert measures._fill_runs(small, counts).equals(got)     # any runs
     else:
         assert measures._fill_runs(small, counts) is None
 
