@@ -660,31 +660,49 @@ def _fused_pass(kernels, keys: list, n_partition: int, n: int
                    for s, x in zip(strings, numbers))):
         return None
     descending = not keys[1][1]
-    cuts, pos = [np.zeros(1, np.int64)], 0
-    for c, (s, x) in enumerate(zip(strings, numbers)):
-        if c:                       # the pair across the border, on its own
-            seam = np.empty(1, dtype=np.bool_)
-            if not _refine_piece(kernels, strings[c - 1].seam(s), True, False, seam, True):
-                return False, None
-            if seam[0]:
-                if not _refine_piece(kernels, numbers[c - 1].seam(x), not descending, False,
-                                     seam, False):
-                    return False, None
-            else:
-                cuts.append(np.array([pos], np.int64))
-        def pairs(a, b, s=s, x=x):
-            """Cuts among the pairs of rows a..b of the chunk, None if out of order."""
-            out = np.empty(b - a, np.int64)
-            count = kernels[4](s.offsets[a:b + 2], s.data, x.values[a:b + 1], descending, out)
-            return None if count < 0 else out[:count] + (a + pos)
-        # pieces of the chunk on all cores (the kernel drops the GIL)
-        found = run_pieces(pairs, split_even(max(len(s) - 1, 0)))
-        if any(f is None for f in found):
+    first_row = np.concatenate(([0], np.cumsum([len(p) for p in strings]))).tolist()
+    chunk_cuts: list = [[] for _ in strings]
+    for c in range(1, len(strings)):        # the pair across each border, on its own
+        seam = np.empty(1, dtype=np.bool_)
+        if not _refine_piece(kernels, strings[c - 1].seam(strings[c]), True, False, seam, True):
             return False, None
-        cuts += found
-        pos += len(s)
-    cuts.append(np.array([n], np.int64))
-    return True, np.concatenate(cuts)
+        if seam[0]:
+            if not _refine_piece(kernels, numbers[c - 1].seam(numbers[c]), not descending,
+                                 False, seam, False):
+                return False, None
+        else:
+            chunk_cuts[c].append(np.array([first_row[c]], np.int64))
+    # the pairs inside the chunks, in pieces of about equal numbers of pairs
+    # across chunk borders: one hand-off to the cores for all the chunks
+    pairs_before = np.concatenate(([0], np.cumsum([max(len(p) - 1, 0) for p in strings])))
+
+    def piece(g0, g1):
+        """Cuts among pairs g0 .. g1-1 (counted over every chunk) as (chunk,
+        cuts) in order, None if a pair is out of order."""
+        found = []
+        c = int(np.searchsorted(pairs_before, g0, side="right")) - 1
+        while g0 < g1:
+            base = int(pairs_before[c])
+            a, b = g0 - base, min(g1, int(pairs_before[c + 1])) - base
+            if b > a:
+                s, x = strings[c], numbers[c]
+                out = np.empty(b - a, np.int64)
+                count = kernels[4](s.offsets[a:b + 2], s.data, x.values[a:b + 1], descending, out)
+                if count < 0:
+                    return None
+                found.append((c, out[:count] + (a + first_row[c])))
+            g0 = base + b
+            c += 1
+        return found
+    got = run_pieces(piece, split_even(int(pairs_before[-1])))
+    if any(f is None for f in got):
+        return False, None
+    for found in got:
+        for c, cuts in found:
+            chunk_cuts[c].append(cuts)
+    return True, np.concatenate([np.zeros(1, np.int64)]
+                                + [cut for cuts in chunk_cuts for cut in cuts]
+                                + [np.array([n], np.int64)])
 
 
 def _scan_keys(keys: list, n_partition: int, n: int,

@@ -438,6 +438,39 @@ def test_fast_path_on_large_sorted_table():
     assert_same(a, frames._sort_for_matching(swapped, ["p"], [("x", False, True)], False))
 
 
+@pytest.mark.parametrize("threads", [2, 5])
+def test_string_and_number_check_in_pieces_across_chunks(threads, monkeypatch):
+    # PARTITION BY a string ORDER BY a number: one compiled pass whose pieces
+    # (forced small here) run across chunk borders; partitions that begin at
+    # a border, inside a chunk and inside a piece; a pair out of order in a
+    # late chunk, at a border and inside a chunk.
+    from gpu_mr.kernels import threads as T
+    monkeypatch.setattr(T, "MIN_WORK", 1)
+    monkeypatch.setattr(T, "thread_count", lambda: threads)
+    rng = np.random.default_rng(threads)
+    n = 5_000
+    bounds = [0, 700, 2000, 2001, 3000, n]                # chunks of 700, 1300, 1, 999, 2000
+    cuts = np.unique(np.r_[700, 2000, rng.integers(1, n, 30)])
+    key = np.repeat([f"s{i:03d}" for i in range(len(cuts) + 1)], np.diff(np.r_[0, cuts, n]))
+
+    def chunked(order):
+        return pa.Table.from_batches([pa.record_batch({"k": key[order[a:b]],
+                                                        "ts": order[a:b].astype(np.int64)})
+                                      for a, b in zip(bounds, bounds[1:])])
+    t = chunked(np.arange(n))
+    assert t.column("k").num_chunks == 5
+    s = frames._sort_for_matching(t, ["k"], [("ts", True, False)], True)
+    assert s.was_sorted and s.partition_offsets.tolist() == [0] + cuts.tolist() + [n]
+    for bad in (700, 2999, 4500):     # a chunk's first pair, at a border, inside a chunk
+        order = np.arange(n)
+        order[[bad, bad + 1]] = order[[bad + 1, bad]]
+        swapped = chunked(order)
+        got = frames._sort_for_matching(swapped, ["k"], [("ts", True, False)], True)
+        assert not got.was_sorted
+        assert_same(got, frames._sort_for_matching(swapped, ["k"], [("ts", True, False)],
+                                                   False))
+
+
 # ------------------------------------------------------------------ in and out
 
 def test_to_arrow_kinds():
