@@ -35,7 +35,10 @@ arrays (row keys, labels) need no slots. The scan stores each row's key,
 the state before the row and the row's class together (``state << shift |
 class``), which is the walk's index into the lineage: the walk reads one
 array, not the states and the classes. A thread scans two partitions at
-once: two independent chains of lookups (:func:`scan_partitions`).
+once: two independent chains of lookups (:func:`scan_segments`). A
+partition wider than a thread's share of the rows is cut into chunks
+scanned speculatively on all cores, then replayed at their borders until
+the true scan agrees with the speculation (:func:`repair_chunk`).
 Cost: one DFA step per row plus the rows re-read after each match; O(match
 length) per match for the walk and the copy; 2 bytes per row of row keys
 (4 past 65,535 keys). The measured walk reads a key per walked row for
@@ -201,19 +204,6 @@ def _finish(classes, q, hi, off, found, n_out, done, open_end, moves, shift, end
     return q, off, found, n_out
 
 
-@register_jitable
-def scan_partition(classes, lo, hi, moves, shift, end_accept, start_first, start_other,
-                   end_code, row_keys, out, out_base):
-    """Scan rows ``lo .. hi-1`` (a whole partition) with :func:`pack_moves`'
-    table: ``row_keys[q]`` = the state before row ``q`` and its class
-    (``state << shift | class``: what the walk looks up); each match's end
-    (exclusive) and code as ``end << 8 | code`` at slots ``out_base,
-    out_base+1, ...`` of ``out``; return how many."""
-    return _finish(classes, np.int64(lo), hi, np.int64(start_first << shift),
-                   np.int64(NO_MATCH), np.int64(0), lo >= hi, False, moves, shift, end_accept,
-                   start_other, end_code, row_keys, out, out_base)[3]
-
-
 # Most rows a chunk's replay scans between its checks for agreement.
 REPLAY_STRIDE = 256
 
@@ -358,10 +348,10 @@ def _next_thread(step, t, starts, i):
 @register_jitable
 def walk_matches(first, last, ends, codes, row_keys, lineage, thread_shift, starts):
     """For matches ``first .. last-1`` (exclusive end ``ends[i]``, code as
-    :func:`scan_partition` writes it): walk back from the MATCH thread
-    through the lineage of the row keys; set ``starts[i]``; return where
-    the matches' labels begin in ``row_keys``. The walk overwrites
-    ``row_keys`` with them (``variable | {- -} mark << 15``), in order, ending at row
+    :func:`_step` records it): walk back from the MATCH thread through the
+    lineage of the row keys; set ``starts[i]``; return where the matches'
+    labels begin in ``row_keys``. The walk overwrites ``row_keys`` with
+    them (``variable | {- -} mark << 15``), in order, ending at row
     ``ends[last-1]``: going backwards, it writes at or after the row it has
     just read and reads no row after it again, and the matches of a chunk
     lie between the previous chunk's last end and its own, so chunks run
@@ -741,12 +731,12 @@ def walk_measures_groups(g0, g1, ends, codes, row_keys, lineage, thread_shift, s
     for g in range(g0, g1):
         first = g * WALK_CHUNK
         walk_measures(first, min(n, first + WALK_CHUNK), ends, codes, row_keys, lineage,
-                      thread_shift, starts, lengths, lo, n_edge, edges0, edges1, edges2, edges3, at_end,
-                      edge_out0, edge_out1, edge_out2, edge_out3, n_ext, keys0, member0,
-                      orient0, none0, keys1, member1, orient1, none1, ext_row0, ext_row1,
-                      ext_val0, ext_val1, ext_nan[g], n_land, land_member0, land_first0,
-                      land_member1, land_first1, land_member2, land_first2, land_member3,
-                      land_first3, land_out0, land_out1, land_out2, land_out3)
+                      thread_shift, starts, lengths, lo, n_edge, edges0, edges1, edges2,
+                      edges3, at_end, edge_out0, edge_out1, edge_out2, edge_out3, n_ext, keys0,
+                      member0, orient0, none0, keys1, member1, orient1, none1, ext_row0,
+                      ext_row1, ext_val0, ext_val1, ext_nan[g], n_land, land_member0,
+                      land_first0, land_member1, land_first1, land_member2, land_first2,
+                      land_member3, land_first3, land_out0, land_out1, land_out2, land_out3)
 
 
 def copy_all(c0, c1, label_offsets, begins, packed, labels, excluded):

@@ -559,7 +559,8 @@ def _frames_of_every_numpy_kind():
         "ints": rng.integers(0, 9, n),
         "strings": rng.choice(["a", "bb", None], n),
         "nullable": pd.array(np.where(rng.random(n) < 0.2, None, 1.5), "Float64"),
-        **{f"ts_{u}": pd.Series(times).astype(f"datetime64[{u}]") for u in ("s", "ms", "us", "ns")},
+        **{f"ts_{u}": pd.Series(times).astype(f"datetime64[{u}]")
+           for u in ("s", "ms", "us", "ns")},
         "nat": pd.Series(np.where(rng.random(n) < 0.3, np.datetime64("NaT", "ns"),
                                   times.astype("datetime64[ns]"))),
         "delta": pd.Series(np.where(rng.random(n) < 0.3, np.timedelta64("NaT", "us"),
