@@ -59,9 +59,10 @@ from . import measure_exprs
 from .interpreter import INT64_MAX, INT64_MIN, Interpreter, MatchView, _nav_var
 from .kernels import buffers as B
 from .kernels import gather as G
-from .kernels.segmented import (EVERY_ROW, JIT_MIN_ELEMENTS, Segments, find_members,
+from .kernels import segmented as segmented_kernels
+from .kernels.segmented import (EVERY_ROW, Segments, find_members,
                                 segmented_arg_extreme, segmented_count, segmented_sum)
-from .kernels.threads import run_pieces, split, split_even
+from .kernels.threads import run_pieces, split, split_even, thread_count
 from .pattern.nfa import compile_nfa, edge_variables
 from .syntax import ast as A
 from .syntax import types as T
@@ -877,6 +878,24 @@ def _fixed_array(src: _FixedChunks, values: np.ndarray,
 _MAX_CROSSING = 64
 
 
+def _balanced_jobs(jobs: list, offsets: np.ndarray) -> list:
+    """``_chunk_jobs``' jobs with each run of matches cut into slices of at
+    most a share of the elements (a quarter of a core's), so that pieces of
+    whole jobs come out about equal."""
+    total = int(offsets[-1] - offsets[0]) if offsets.shape[0] else 0
+    share = max(1, total // (4 * thread_count()))
+    out = []
+    for kind, a, b, ci in jobs:
+        if kind != "run" or int(offsets[b] - offsets[a]) <= share:
+            out.append((kind, a, b, ci))
+            continue
+        targets = int(offsets[a]) + share * np.arange(1, -(-int(offsets[b] - offsets[a]) // share))
+        cuts = np.searchsorted(offsets[a:b + 1], targets, side="left") + a
+        bounds = sorted({a, b} | {int(c) for c in cuts if a < c < b})
+        out += [(kind, x, y, ci) for x, y in zip(bounds, bounds[1:])]
+    return out
+
+
 def _rows_across(chunks: list, lo: int, hi: int) -> tuple:
     """(values, valid or None) of rows ``lo .. hi - 1`` copied out of the
     chunks holding them."""
@@ -1539,20 +1558,32 @@ class _Vectors:
         elements = int(offsets[-1])
         size = elements if per_element else len(ma)
         out = B.empty(size, dtype)
-        flag = False
-        compiled = elements >= JIT_MIN_ELEMENTS
-        for kind, a, b, ci in self._chunk_jobs(chunks, spans):
-            lo, hi, values, valid = chunks[ci]
-            if kind == "cross":                # the match's rows, copied out of each chunk
-                lo = int(starts[a])
-                values, valid = _rows_across(chunks, lo, lo + int(offsets[b] - offsets[a]))
-            seg = Segments(member, labels, starts[a:b] - lo, offsets[a:b + 1],
-                           valid, per_element, compiled)
-            target = out if per_element else out[a:b]
-            got = call(values, seg, target,
-                       None if counts is None else counts if per_element else counts[a:b], lo)
-            flag |= bool(got[1]) if isinstance(got, tuple) else False
-        return out, flag
+        compiled = elements >= segmented_kernels.JIT_MIN_ELEMENTS   # tests lower it
+        jobs = _balanced_jobs(self._chunk_jobs(chunks, spans), offsets)
+
+        def run(j0: int, j1: int) -> bool:
+            """Jobs ``j0 .. j1-1`` on this thread; whether a call flagged."""
+            flag = False
+            for kind, a, b, ci in jobs[j0:j1]:
+                lo, hi, values, valid = chunks[ci]
+                if kind == "cross":            # the match's rows, copied out of each chunk
+                    lo = int(starts[a])
+                    values, valid = _rows_across(chunks, lo,
+                                                 lo + int(offsets[b] - offsets[a]))
+                seg = Segments(member, labels, starts[a:b] - lo, offsets[a:b + 1],
+                               valid, per_element, compiled, threads=False)
+                target = out if per_element else out[a:b]
+                got = call(values, seg, target,
+                           None if counts is None else counts if per_element else counts[a:b],
+                           lo)
+                flag |= bool(got[1]) if isinstance(got, tuple) else False
+            return flag
+        # every chunk's jobs in one hand-off to the cores, in pieces of about
+        # equal elements (a hand-off per chunk left cores waiting at each)
+        work = np.zeros(len(jobs) + 1, dtype=np.int64)
+        np.cumsum([int(offsets[b] - offsets[a]) for _, a, b, _ in jobs], out=work[1:])
+        pieces = split(work) if compiled and jobs else [(0, len(jobs))]
+        return out, any(run_pieces(run, pieces))
 
     def _segments(self, ids, valid, per_element: bool) -> Segments:
         _, labels, starts, offsets = self._spans_of(ids, per_element)

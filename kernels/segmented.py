@@ -241,11 +241,12 @@ class Segments:
     """The shared arguments: ``member`` (bool per variable id: the rows that
     count), ``labels`` (per element; :data:`EVERY_ROW`: all count), ``starts``
     (first row per segment), ``offsets`` (segment bounds in elements),
-    ``valid`` (per row, or None: no NULL), ``per_element``, and ``compiled``
-    (see :func:`kernels`)."""
+    ``valid`` (per row, or None: no NULL), ``per_element``, ``compiled``
+    (see :func:`kernels`) and ``threads`` (False: run on the calling thread,
+    for a caller that hands its own pieces to the cores)."""
 
     def __init__(self, member, labels, starts, offsets, valid=None, per_element=False,
-                 compiled=None):
+                 compiled=None, threads=True):
         self.member, self.labels, self.starts, self.offsets = member, labels, starts, offsets
         self.valid = _NO_VALID if valid is None else valid
         self.has_valid = valid is not None
@@ -254,6 +255,7 @@ class Segments:
         self.size = (int(offsets[-1]) if offsets.shape[0] else 0) if per_element \
             else offsets.shape[0] - 1
         self.k = kernels(int(offsets[-1] - offsets[0]) if offsets.shape[0] else 0, compiled)
+        self.threads = threads
 
     def args(self):
         return (self.valid, self.has_valid, self.member, self.labels, self.starts, self.offsets,
@@ -266,7 +268,8 @@ class Segments:
         piece returned True. ``outs``: per segment or per element, as
         ``per_element`` says (an empty array: not wanted)."""
         fn = self.k[which]
-        pieces = split(self.offsets) if self.k is not KERNELS else [(0, self.size)]
+        pieces = (split(self.offsets) if self.k is not KERNELS and self.threads
+                  else [(0, self.size)])
         if len(pieces) <= 1:
             return bool(fn(*before, *self.args(), *after, *outs))
         per_element = self.per_element

@@ -323,9 +323,19 @@ def test_compensated_sum_mode():
 
 def _split_everything(monkeypatch):
     """Every compiled measure kernel call cut into pieces on threads, however
-    small the work (kernels/threads.py)."""
+    small the work (kernels/threads.py); and every uninitialised buffer
+    filled with garbage, so that a slot no piece writes cannot pass for
+    the value an earlier run left in the memory pool."""
+    from gpu_mr.kernels import buffers
     monkeypatch.setattr(threads, "MIN_WORK", 1)
     monkeypatch.setattr(threads, "thread_count", lambda: 3)
+    real = buffers.empty
+
+    def garbage(shape, dtype):
+        out = real(shape, dtype)
+        out.reshape(-1).view(np.uint8)[:] = 0xA5
+        return out
+    monkeypatch.setattr(buffers, "empty", garbage)
 
 
 @pytest.mark.parametrize("split", [False, True])
