@@ -567,6 +567,7 @@ def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray
     arrays = []
     take = None
     partition_columns = set(query.partition_columns)
+    exact = None                     # spans from source_rows itself, once known to ascend
     for field in query.output_schema:
         if field.name in measures:
             arrays.append(measures[field.name])
@@ -578,13 +579,39 @@ def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray
                 continue
         src = _fixed_chunks(data.table.column(field.name))
         if src is not None:
-            values, valid = _gather_sets(src, [source_rows], spans)[0]
+            if exact is None:
+                exact = _ascending_spans(source_rows, src) or False
+            values, valid = _gather_sets(src, [source_rows], exact or spans)[0]
             arrays.append(_fixed_array(src, values, valid))
             continue
         if take is None:
             take = pa.array(source_rows, pa.int64())
         arrays.append(_combined(data, field.name, columns).take(take))
     return pa.Table.from_arrays(arrays, schema=query.output_schema)
+
+
+# From this many chunks a column's gathers at ascending rows take each
+# chunk's own outputs (:func:`_ascending_spans`).
+ASCENDING_MIN_CHUNKS = 4
+
+
+def _ascending_spans(rows: np.ndarray, src: _FixedChunks):
+    """``spans`` for :func:`_gather_sets` at ``rows`` when they ascend (ALL
+    ROWS of matches that do not overlap): each chunk's exact outputs, found
+    by binary search; None when they do not, or the column has fewer than
+    ``ASCENDING_MIN_CHUNKS`` chunks (the check is a pass over the rows).
+    Why: the partition spans cover every output of each partition a chunk
+    overlaps, so a partition over k chunks was passed over k times (ALL
+    ROWS over 40 chunks of 1e7 rows: 96 against 65 ms of measures)."""
+    if len(src.chunks) < ASCENDING_MIN_CHUNKS or not rows.shape[0]:
+        return None
+    if rows[0] < 0 or not bool(np.all(rows[1:] >= rows[:-1])):
+        return None
+
+    def spans(lo: int, hi: int) -> tuple:
+        return (int(np.searchsorted(rows, lo, side="left")),
+                int(np.searchsorted(rows, hi, side="left")))
+    return spans
 
 
 def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray,
