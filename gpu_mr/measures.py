@@ -63,6 +63,7 @@ from .kernels import segmented as segmented_kernels
 from .kernels.segmented import (EVERY_ROW, Segments, find_members,
                                 segmented_arg_extreme, segmented_count, segmented_sum)
 from .kernels.threads import run_pieces, split, split_even, thread_count
+from .strings import repeat_strings
 from .pattern.nfa import compile_nfa, edge_variables
 from .syntax import ast as A
 from .syntax import types as T
@@ -636,7 +637,7 @@ def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray,
             return got
     if small.null_count or not _is_binary_like(t):
         return small.take(pa.array(partition_of, pa.int64()))
-    return _repeat_strings(small, partition_of)
+    return repeat_strings(small, partition_of, compiled=len(partition_of) >= G_MIN_ROWS)
 
 
 # Output rows per run below which _fill_runs leaves strings to a kernel: a run
@@ -710,52 +711,6 @@ def _fill_runs(small: pa.Array, counts: np.ndarray) -> Optional[pa.Array]:
 def _is_binary_like(t: pa.DataType) -> bool:
     return (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
             or pa.types.is_large_binary(t))
-
-
-def _repeat_strings(small: pa.Array, index: np.ndarray,
-                    valid: Optional[np.ndarray] = None, runs: bool = True) -> pa.Array:
-    """``small.take(index)`` for a short string or binary array without
-    NULLs (partition keys, variable names) and a long ``index`` (anything
-    where ``valid`` is False: NULL): bytes copied by a kernel instead of
-    Arrow's take. ``runs``: the index holds long runs of one value (copied
-    by doubling); else each output is copied on its own, in pieces on all
-    cores."""
-    t = small.type
-    if valid is not None:
-        index = np.where(valid, index, 0)
-    piece = _string_piece(small)
-    large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
-    kernels = G.kernels(len(index) >= G_MIN_ROWS)
-    per_output = not runs and kernels is not G.DRIVERS
-    lengths = np.diff(piece.offsets).astype(np.int64)
-    if per_output:          # the bytes of each piece of outputs: where its copy starts
-        pieces = split_even(len(index)) or [(0, 0)]
-        sizes = run_pieces(lambda a, b: kernels[2](lengths, index, a, b), pieces)
-        total = int(sum(sizes))
-    else:
-        index = index.astype(np.int64, copy=False)
-        total = int(np.bincount(index, minlength=len(lengths)) @ lengths) if len(index) else 0
-    if not large and total >= 2**31:
-        return small.take(pa.array(index.astype(np.int64), pa.int64(),
-                                   mask=None if valid is None else ~valid))
-    out_offsets = B.empty(len(index) + 1, np.int64 if large else np.int32)
-    out_data = B.empty(total, np.uint8)
-    if per_output:
-        bounds = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-        width = int(lengths.max()) if len(lengths) else 0
-        padded = np.zeros((len(lengths), width), np.uint8)
-        for i in range(len(lengths)):
-            padded[i, :lengths[i]] = piece.data[piece.offsets[i]:piece.offsets[i + 1]]
-        padded = padded.ravel()
-        run_pieces(lambda a, b: kernels[3](
-            padded, width, lengths, index, a, b, bounds[pieces.index((a, b))],
-            bounds[pieces.index((a, b)) + 1], out_offsets, out_data), pieces)
-    else:
-        kernels[1](piece.offsets, piece.data, index, out_offsets, out_data)
-    nulls = 0 if valid is None else len(index) - int(np.count_nonzero(valid))
-    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
-    return pa.Array.from_buffers(t, len(index), [bitmap, pa.py_buffer(out_offsets),
-                                                 pa.py_buffer(out_data)], null_count=nulls)
 
 
 def _combined(data: SortedInput, name: str, cache: dict):
@@ -1202,7 +1157,8 @@ class _Vectors:
                 # ALL ROWS, every row of every match in order: row o's label is
                 # element o's (no empty match: the current row is always one)
                 names = pa.array(list(self.q.primary_vars), pa.string())
-                return _repeat_strings(names, self.ma.labels, None, runs=False)
+                return repeat_strings(names, self.ma.labels, None, runs=False,
+                                      compiled=len(self.ma.labels) >= G_MIN_ROWS)
             return self._label_at(self._last_row(e.var))
         if isinstance(e, A.ColumnRef):
             return self._gather(e, self._last_row(e.var))
@@ -1421,7 +1377,8 @@ class _Vectors:
             return pa.nulls(self.n, pa.string())
         labels = self.ma.labels[np.where(ok, el, 0)]
         names = pa.array(list(self.q.primary_vars), pa.string())
-        return _repeat_strings(names, labels, None if ok.all() else ok, runs=False)
+        return repeat_strings(names, labels, None if ok.all() else ok, runs=False,
+                              compiled=len(labels) >= G_MIN_ROWS)
 
     def _column(self, name: str) -> pa.Array:
         col = self._decoded.get(name)

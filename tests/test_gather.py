@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from gpu_mr import measures
+from gpu_mr import measures, strings
 from gpu_mr.kernels import gather as G
 
 
@@ -73,11 +73,10 @@ def test_repeat_strings(compiled):
 @pytest.mark.parametrize("runs", [True, False])
 @pytest.mark.parametrize("pieces", [1, 3])
 def test_repeat_small_strings_as_take(typ, runs, pieces, monkeypatch):
-    """measures._repeat_strings (partition keys with runs, CLASSIFIER one
+    """strings.repeat_strings (partition keys with runs, CLASSIFIER one
     output at a time, cut into pieces on threads) equals Arrow's take, NULLs
     where ``valid`` is False."""
     from gpu_mr.kernels import threads
-    monkeypatch.setattr(measures, "G_MIN_ROWS", 0)
     monkeypatch.setattr(threads, "MIN_WORK", 1)
     monkeypatch.setattr(threads, "thread_count", lambda: pieces)
     values = ["", "ab", "ä😀", "x" * 40]
@@ -85,7 +84,7 @@ def test_repeat_small_strings_as_take(typ, runs, pieces, monkeypatch):
     rng = np.random.default_rng(pieces + 2 * runs)
     index = np.repeat(rng.integers(0, 4, 300), rng.integers(1, 6, 300)).astype(np.int16)
     for valid in (None, rng.random(len(index)) < 0.8):
-        got = measures._repeat_strings(src, index, valid, runs=runs)
+        got = strings.repeat_strings(src, index, valid, runs=runs, compiled=True)
         want = src.take(pa.array(index.astype(np.int64),
                                  mask=None if valid is None else ~valid))
         assert got.type == typ

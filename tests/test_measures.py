@@ -723,10 +723,14 @@ def test_decimal_measure_expressions_match_the_interpreter(forms, var, k, rows, 
     assert_assembly_is_the_interpreters(query, data, found, clause)
 
 
-def test_case_choosing_string_constants_per_match_equals_the_reference():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_case_choosing_string_constants_per_match_equals_the_reference(compiled, monkeypatch):
     """A CASE among string constants (and NULL, and a computed string) is
-    built by one take from the constants (masks.py ``_choose_strings``)."""
+    built from an index into the constants (masks.py ``_choose_strings``,
+    strings.py ``repeat_strings``: its kernel compiled or its plain body)."""
     import gpu_mr
+    from gpu_mr import strings
+    monkeypatch.setattr(strings, "MIN_ROWS", 0 if compiled else 10**9)
     rng = np.random.default_rng(5)
     n = 4000
     table = pa.table({"ts": np.arange(n),

@@ -74,6 +74,7 @@ from .. import interpreter as I
 from ..analysis import CheckedQuery, _history_dependent
 from ..errors import DataError, GpuMrError, UnsupportedError
 from ..frames import SortedInput
+from ..strings import repeat_strings
 from ..syntax import ast as A
 from ..syntax import types as T
 
@@ -432,14 +433,17 @@ def _default_now() -> dict:
 
 def _choose_strings(branches: list, n: int) -> pa.Array:
     """The strings of :meth:`_Eval.select` whose branches are all constant
-    (or NULL): per row the index of its branch, taken from the constants."""
-    choice = np.full(n, len(branches), dtype=np.int32)        # no branch: NULL
+    (or NULL): per row the index of its branch, the constants copied by
+    ``strings.repeat_strings`` (Arrow's take of a million: 4 ms). A row of
+    no branch or of a NULL one reads "": the column's validity makes it
+    NULL."""
+    choice = np.full(n, len(branches), dtype=np.int32)
     for j, (mask, v) in enumerate(branches):
         if v.kind != "UNKNOWN":
             choice[mask] = j
-    strings = pa.array([v.constant if v.kind != "UNKNOWN" else None for _, v in branches]
-                       + [None], pa.large_string())
-    return strings.take(pa.array(choice))
+    strings = pa.array([v.constant if v.kind != "UNKNOWN" else "" for _, v in branches]
+                       + [""], pa.large_string())
+    return repeat_strings(strings, choice, None, runs=False)
 
 
 class _Vec:
