@@ -747,3 +747,18 @@ def test_case_choosing_string_constants_per_match_equals_the_reference(compiled,
     got = gpu_mr.match_recognize(table, clause, engine="cpu")
     assert set(got.column("kind").to_pylist()) == {"long", "short", None}
     assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
+
+
+def test_rows_valid_is_remembered_per_array():
+    """measures._rows_valid: the validity of gathered values where rows are
+    -1, worked out once per array of rows (by identity) across columns."""
+    known: dict = {}
+    rows = np.array([3, -1, 4])
+    assert measures._rows_valid(rows, known).tolist() == [1, 0, 1]
+    assert known[id(rows)][1] is True
+    fine = np.array([0, 1, 2])
+    assert measures._rows_valid(fine, known) is None
+    # an answer is trusted only for the very array it was worked out for
+    known[id(fine)] = (rows, True)
+    assert measures._rows_valid(fine, known) is None
+    assert measures._rows_valid(rows, None).tolist() == [1, 0, 1]
