@@ -96,19 +96,30 @@ def recover_paths(classes, first, last, match_part_start, match_hi, starts, ends
         for q in range(s, e):
             states[out + q - s] = state
             state = trans[state, classes[q]]
-        if e == match_hi[i]:
-            thread = end_thread[state]
-        elif timed and e == horizon[s]:
-            thread = match_thread[state, EMPTY_CLASS]
-        else:
-            thread = match_thread[state, classes[e]]
-        for q in range(e - 1, s - 1, -1):
-            before = states[out + q - s]
-            c = classes[q]
-            step = lineage[before, c, thread]    # one lookup: parent, variable, mark
-            labels[out + q - s] = (step >> 16) & 0xFFFF
-            excluded[out + q - s] = (step >> 32) & 1
-            thread = step & 0xFFFF
+        _label_back(classes, s, e, out, state, e == match_hi[i], timed and e == horizon[s],
+                    lineage, match_thread, end_thread, states, labels, excluded)
+
+
+@register_jitable
+def _label_back(classes, s, e, out, state, at_hi, at_horizon, lineage, match_thread,
+                end_thread, states, labels, excluded):
+    """The labels of the match ``[s, e)`` walked back from its MATCH thread:
+    ``states[out ...]`` the state before each of its rows, ``state`` the
+    one after its last; ``at_hi``: it ends where its rows end; ``at_horizon``:
+    at its start's time horizon (found by the empty class there)."""
+    if at_hi:
+        thread = end_thread[state]
+    elif at_horizon:
+        thread = match_thread[state, EMPTY_CLASS]
+    else:
+        thread = match_thread[state, classes[e]]
+    for q in range(e - 1, s - 1, -1):
+        before = states[out + q - s]
+        c = classes[q]
+        step = lineage[before, c, thread]    # one lookup: parent, variable, mark
+        labels[out + q - s] = (step >> 16) & 0xFFFF
+        excluded[out + q - s] = (step >> 32) & 1
+        thread = step & 0xFFFF
 
 
 @register_jitable
@@ -138,6 +149,7 @@ def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans,
     n_out = 0
     pos = lo
     memo_end = lo - 1               # dead_state holds nothing at or beyond this + 1
+    keep_states = skip_mode == SKIP_TO_FIRST or skip_mode == SKIP_TO_LAST
     err[2] = hi
     while pos < stop:
         state = start_first if pos == part_start else start_other
@@ -146,25 +158,32 @@ def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans,
         cut = hi                            # the search's horizon, when before hi
         if timed and horizon[pos] < hi:
             cut = horizon[pos]
-        while True:
+        # the hot loop: rows before the search's horizon; its ends after it
+        # (unsigned indices: numba adds no negative-index wraparound test)
+        dead = False
+        while q < cut:
+            uq = np.uint64(q)
+            if keep_states:                 # SKIP TO a variable: for the path, below
+                scratch_states[uq] = state
+            if q <= memo_end and dead_state[uq] == state + 1:
+                dead = True                 # a failed search passed here: no match ahead
+                break
+            step = steps[np.uint64(state), np.uint64(classes[uq])]  # next * 2 + match before q
+            best = q if step & 1 else best
+            state = step >> 1
+            if state == 0:
+                dead = True
+                break
+            q += 1
+        if not dead:
             if q == hi:
                 if open_end:
                     err[2] = pos            # undecided until more rows arrive
                     return n_out
                 if end_accept[state]:
                     best = hi
-                break
-            if q == cut:                    # out of time: no variable may take row q
+            else:                           # out of time: no variable may take row q
                 best = q if steps[state, EMPTY_CLASS] & 1 else best
-                break
-            if q <= memo_end and dead_state[q] == state + 1:
-                break                       # a failed search passed here: no match ahead
-            step = steps[state, classes[q]]    # next state * 2 + (a match ends before q)
-            best = q if step & 1 else best
-            state = step >> 1
-            if state == 0:
-                break
-            q += 1
         if best < 0:
             # Record the dead pairs of this search, unless its horizon ended
             # it: later searches (horizons no earlier) may go further.
@@ -189,10 +208,13 @@ def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans,
             slot_part_start[slot] = part_start
             slot_hi[slot] = hi
             slot_out[slot] = pos
-            recover_paths(classes, slot, slot + 1, slot_part_start, slot_hi, out_start,
-                          out_end, slot_out, trans, start_first, start_other, lineage,
-                          match_thread, end_thread, horizon, timed, scratch_states,
-                          scratch_labels, scratch_excluded)
+            # the path from the states the search stored (rows pos .. q); the
+            # state after the match's last row: stored before row ``best``,
+            # unless the search stopped at best alive (its end or horizon)
+            after = state if best == q and not dead else scratch_states[np.uint64(best)]
+            _label_back(classes, pos, best, pos, after, best == hi, timed and best == cut,
+                        lineage, match_thread, end_thread, scratch_states, scratch_labels,
+                        scratch_excluded)
             target = -1
             for r in range(pos, best):
                 if (skip_vars >> scratch_labels[r]) & 1:
