@@ -94,8 +94,9 @@ def recover_paths(classes, first, last, match_part_start, match_hi, starts, ends
             continue
         state = start_first if s == match_part_start[i] else start_other
         for q in range(s, e):
-            states[out + q - s] = state
-            state = trans[state, classes[q]]
+            # unsigned: numba adds no negative-index wraparound test
+            states[np.uint64(out + q - s)] = state
+            state = trans[np.uint64(state), np.uint64(classes[np.uint64(q)])]
         _label_back(classes, s, e, out, state, e == match_hi[i], timed and e == horizon[s],
                     lineage, match_thread, end_thread, states, labels, excluded)
 
@@ -114,11 +115,13 @@ def _label_back(classes, s, e, out, state, at_hi, at_horizon, lineage, match_thr
     else:
         thread = match_thread[state, classes[e]]
     for q in range(e - 1, s - 1, -1):
-        before = states[out + q - s]
-        c = classes[q]
-        step = lineage[before, c, thread]    # one lookup: parent, variable, mark
-        labels[out + q - s] = (step >> 16) & 0xFFFF
-        excluded[out + q - s] = (step >> 32) & 1
+        at = np.uint64(out + q - s)
+        before = states[at]
+        c = classes[np.uint64(q)]
+        # one lookup: parent, variable, mark
+        step = lineage[np.uint64(before), np.uint64(c), np.uint64(thread)]
+        labels[at] = (step >> 16) & 0xFFFF
+        excluded[at] = (step >> 32) & 1
         thread = step & 0xFFFF
 
 
