@@ -282,7 +282,7 @@ def _spread(label_offsets: np.ndarray, per_match: Optional[np.ndarray], step: in
     all cores in pieces of about equal elements."""
     total = int(label_offsets[-1])
     out = B.empty(total, np.int64)
-    kernel = G.kernels(total >= G_MIN_ROWS)[4]
+    kernel = G.kernels(_compiled_gather(total))[4]
     pieces = (split(label_offsets) if kernel is not G.DRIVERS[4]
               else [(0, label_offsets.shape[0] - 1)])
     values = _NO_SPREAD if per_match is None else per_match.view(np.int64)
@@ -638,7 +638,7 @@ def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray,
             return got
     if small.null_count or not _is_binary_like(t):
         return small.take(pa.array(partition_of, pa.int64()))
-    return repeat_strings(small, partition_of, compiled=len(partition_of) >= G_MIN_ROWS)
+    return repeat_strings(small, partition_of, compiled=_compiled_gather(len(partition_of)))
 
 
 # Output rows per run below which _fill_runs leaves strings to a kernel: a run
@@ -671,7 +671,7 @@ def _fill_runs(small: pa.Array, counts: np.ndarray) -> Optional[pa.Array]:
         return pa.Array.from_buffers(t, n, [None, pa.py_buffer(out)])
     if not _is_binary_like(t):
         return None
-    kernel = G.kernels(n >= G_MIN_ROWS)[5]
+    kernel = G.kernels(_compiled_gather(n))[5]
     runs = np.flatnonzero(counts)
     if kernel is G.DRIVERS[5] and n < _MIN_RUN_ROWS * len(runs):
         return None
@@ -748,6 +748,12 @@ def _take_sorted(col: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
 # the kernel; above it the kernel (compiled once, then from numba's disk
 # cache) wins: at 20,000 the plain bodies took 24 ms of a 30 ms query.
 G_MIN_ROWS = 2_000
+
+
+def _compiled_gather(n: int) -> bool:
+    """Whether ``n`` outputs take kernels/gather.py's compiled kernels: from
+    ``G_MIN_ROWS`` on, or at any size once the process has loaded them."""
+    return n >= G_MIN_ROWS or G.warm
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
@@ -798,7 +804,7 @@ def _gather_sets(src: _FixedChunks, sets: list, spans=None, known: Optional[dict
     # values under NULLs are never read: left as they come
     outs = [(B.empty(m, src.word), B.zeros(m if has_valid else 1, np.uint8))
             for _ in sets]
-    gather = G.kernels(m >= G_MIN_ROWS)[0]
+    gather = G.kernels(_compiled_gather(m))[0]
     k_max = G.GATHER_SETS
     for lo, hi, values, valid in src.chunks:
         if has_valid and valid is None:
@@ -1176,7 +1182,7 @@ class _Vectors:
                 # element o's (no empty match: the current row is always one)
                 names = pa.array(list(self.q.primary_vars), pa.string())
                 return repeat_strings(names, self.ma.labels, None, runs=False,
-                                      compiled=len(self.ma.labels) >= G_MIN_ROWS)
+                                      compiled=_compiled_gather(len(self.ma.labels)))
             return self._label_at(self._last_row(e.var))
         if isinstance(e, A.ColumnRef):
             return self._gather(e, self._last_row(e.var))
@@ -1396,7 +1402,7 @@ class _Vectors:
         labels = self.ma.labels[np.where(ok, el, 0)]
         names = pa.array(list(self.q.primary_vars), pa.string())
         return repeat_strings(names, labels, None if ok.all() else ok, runs=False,
-                              compiled=len(labels) >= G_MIN_ROWS)
+                              compiled=_compiled_gather(len(labels)))
 
     def _column(self, name: str) -> pa.Array:
         col = self._decoded.get(name)

@@ -201,12 +201,17 @@ def spread(values, use_index, label_offsets, first, last, step, out):
 
 DRIVERS = (gather_fixed, repeat_strings, string_bytes, take_strings, spread, string_runs)
 _compiled = None
+# True once this process asked for the compiled kernels: callers that would
+# run the plain bodies on a small input (to spare a one-off query the kernels'
+# load) take the compiled ones from then on (a plain body costs about a
+# microsecond a value on every call).
+warm = False
 
 
 def kernels(compiled: bool = True) -> tuple:
     """``DRIVERS`` compiled with numba (cached on disk) when ``compiled`` and
     numba is installed, else the plain bodies."""
-    global _compiled
+    global _compiled, warm
     if not compiled:
         return DRIVERS
     if _compiled is None:
@@ -217,4 +222,5 @@ def kernels(compiled: bool = True) -> tuple:
             return DRIVERS
         jit = numba.njit(nogil=True, cache=True)
         _compiled = tuple(jit(f) for f in DRIVERS)
+    warm = bool(_compiled)
     return _compiled or DRIVERS

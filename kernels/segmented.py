@@ -208,9 +208,14 @@ KERNELS = (segment_count, segment_sum_int, segment_sum_float, segment_arg_extrem
 _compiled = None
 
 
+# True once this process asked for the compiled kernels (see kernels()).
+warm = False
+
+
 def _cpu_kernels():
     """numba.njit versions, compiled on first use; None without numba."""
-    global _compiled
+    global _compiled, warm
+    warm = True
     if _compiled is None:
         try:
             import numba
@@ -224,10 +229,11 @@ def _cpu_kernels():
 
 def kernels(n: int, compiled=None) -> tuple:
     """The kernels (in ``KERNELS`` order) for ``n`` elements: numba-compiled
-    when ``compiled`` (None: when n is large enough to repay compiling) and
-    numba is installed, else the plain bodies."""
+    when ``compiled`` (None: when n is large enough to repay loading them,
+    or they are loaded already: ``warm``) and numba is installed, else the
+    plain bodies."""
     if compiled is None:
-        compiled = n >= JIT_MIN_ELEMENTS
+        compiled = n >= JIT_MIN_ELEMENTS or warm
     return (_cpu_kernels() if compiled else None) or KERNELS
 
 

@@ -18,6 +18,7 @@ def test_gather_sets_matches_take(compiled, n_sets, nulls, monkeypatch):
     """Several row sets (-1 for none) from a column in chunks of uneven
     size, one of them sliced, with and without NULLs."""
     monkeypatch.setattr(measures, "G_MIN_ROWS", 0 if compiled else 10**9)
+    monkeypatch.setattr(G, "warm", compiled)      # not loaded yet: the plain bodies
     rng = np.random.default_rng(n_sets)
     n = 3000
     values = rng.integers(-2**40, 2**40, n + 5)
@@ -108,6 +109,7 @@ def test_fill_runs_is_a_take_of_sorted_runs(small, compiled, monkeypatch):
     counts = np.array([3, 0, 1, 5])
     index = np.repeat(np.arange(4), counts)
     monkeypatch.setattr(measures, "G_MIN_ROWS", 0 if compiled else 10**9)
+    monkeypatch.setattr(G, "warm", compiled)      # not loaded yet: the plain bodies
     monkeypatch.setattr(measures, "_MIN_RUN_ROWS", 1)
     got = measures._fill_runs(small, counts)
     assert got.type == small.type
@@ -127,6 +129,7 @@ def test_expand_matches_in_pieces(compiled, monkeypatch):
     from gpu_mr.engines.base import MatchArrays
     from gpu_mr.kernels import threads
     monkeypatch.setattr(measures, "G_MIN_ROWS", 0 if compiled else 10**9)
+    monkeypatch.setattr(G, "warm", compiled)      # not loaded yet: the plain bodies
     monkeypatch.setattr(threads, "MIN_WORK", 1)
     monkeypatch.setattr(threads, "thread_count", lambda: 3)
     lengths = np.array([1, 4, 2, 7, 1, 3])

@@ -569,6 +569,7 @@ def test_nan_only_where_counted_falls_back(monkeypatch):
     (the kernels report it); a NaN elsewhere in the column does not matter."""
     for jit in (0, 10**9):
         monkeypatch.setattr(segmented, "JIT_MIN_ELEMENTS", jit)
+        monkeypatch.setattr(segmented, "warm", False)   # 10**9: the plain bodies
         t = pa.table({"ts": range(8),
                       "x": [5.0, NAN_, 4.0, 3.0, 6.0, 2.0, NAN_, 7.0]})
         both("ORDER BY ts MEASURES MIN(B.x) AS lo, MAX(C.x) AS hi, SUM(B.x) AS s, "
@@ -730,7 +731,9 @@ def test_case_choosing_string_constants_per_match_equals_the_reference(compiled,
     strings.py ``repeat_strings``: its kernel compiled or its plain body)."""
     import gpu_mr
     from gpu_mr import strings
+    from gpu_mr.kernels import gather
     monkeypatch.setattr(strings, "MIN_ROWS", 0 if compiled else 10**9)
+    monkeypatch.setattr(gather, "warm", compiled)     # not loaded yet: the plain bodies
     rng = np.random.default_rng(5)
     n = 4000
     table = pa.table({"ts": np.arange(n),
