@@ -752,8 +752,9 @@ G_MIN_ROWS = 2_000
 
 def _compiled_gather(n: int) -> bool:
     """Whether ``n`` outputs take kernels/gather.py's compiled kernels: from
-    ``G_MIN_ROWS`` on, or at any size once the process has loaded them."""
-    return n >= G_MIN_ROWS or G.warm
+    ``G_MIN_ROWS`` on, or at any size once the process is warm
+    (``G.use_compiled``)."""
+    return G.use_compiled(n, G_MIN_ROWS)
 _WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 

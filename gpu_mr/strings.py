@@ -41,7 +41,7 @@ def repeat_strings(small: pa.Array, index: np.ndarray, valid: Optional[np.ndarra
         index = np.where(valid, index, 0)
     piece = _string_piece(small)
     large = pa.types.is_large_string(t) or pa.types.is_large_binary(t)
-    kernels = G.kernels((len(index) >= MIN_ROWS or G.warm) if compiled is None else compiled)
+    kernels = G.kernels(G.use_compiled(len(index), MIN_ROWS) if compiled is None else compiled)
     per_output = not runs and kernels is not G.DRIVERS
     lengths = np.diff(piece.offsets).astype(np.int64)
     if per_output:          # the bytes of each piece of outputs: where its copy starts

@@ -201,11 +201,26 @@ def spread(values, use_index, label_offsets, first, last, step, out):
 
 DRIVERS = (gather_fixed, repeat_strings, string_bytes, take_strings, spread, string_runs)
 _compiled = None
-# True once this process asked for the compiled kernels: callers that would
-# run the plain bodies on a small input (to spare a one-off query the kernels'
-# load) take the compiled ones from then on (a plain body costs about a
-# microsecond a value on every call).
+# True once this process asked for the compiled kernels, or its plain bodies
+# have handled ``WARM_AFTER`` values: callers that would run the plain
+# bodies on a small input (to spare a one-off query the kernels' load, tens
+# of milliseconds) take the compiled ones from then on (a plain body costs
+# about a microsecond a value, on every call).
 warm = False
+plain_values = 0
+WARM_AFTER = 50_000
+
+
+def use_compiled(n: int, min_values: int) -> bool:
+    """Whether a job of ``n`` values takes the compiled kernels: from
+    ``min_values`` on, or once ``warm``; a job left to the plain bodies
+    counts toward ``WARM_AFTER``."""
+    global warm, plain_values
+    if n >= min_values or warm:
+        return True
+    plain_values += n
+    warm = plain_values >= WARM_AFTER
+    return False
 
 
 def kernels(compiled: bool = True) -> tuple:

@@ -208,8 +208,11 @@ KERNELS = (segment_count, segment_sum_int, segment_sum_float, segment_arg_extrem
 _compiled = None
 
 
-# True once this process asked for the compiled kernels (see kernels()).
+# True once this process asked for the compiled kernels, or its plain bodies
+# have walked WARM_AFTER elements (see kernels(); as kernels/gather.py's).
 warm = False
+plain_elements = 0
+WARM_AFTER = 50_000
 
 
 def _cpu_kernels():
@@ -230,10 +233,15 @@ def _cpu_kernels():
 def kernels(n: int, compiled=None) -> tuple:
     """The kernels (in ``KERNELS`` order) for ``n`` elements: numba-compiled
     when ``compiled`` (None: when n is large enough to repay loading them,
-    or they are loaded already: ``warm``) and numba is installed, else the
-    plain bodies."""
+    or ``warm``: they are loaded already, or the plain bodies have walked
+    enough elements to have paid for the load) and numba is installed,
+    else the plain bodies."""
+    global warm, plain_elements
     if compiled is None:
         compiled = n >= JIT_MIN_ELEMENTS or warm
+        if not compiled:
+            plain_elements += n
+            warm = plain_elements >= WARM_AFTER
     return (_cpu_kernels() if compiled else None) or KERNELS
 
 

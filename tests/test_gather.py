@@ -19,6 +19,7 @@ def test_gather_sets_matches_take(compiled, n_sets, nulls, monkeypatch):
     size, one of them sliced, with and without NULLs."""
     monkeypatch.setattr(measures, "G_MIN_ROWS", 0 if compiled else 10**9)
     monkeypatch.setattr(G, "warm", compiled)      # not loaded yet: the plain bodies
+    monkeypatch.setattr(G, "plain_values", 0)
     rng = np.random.default_rng(n_sets)
     n = 3000
     values = rng.integers(-2**40, 2**40, n + 5)
@@ -110,6 +111,7 @@ def test_fill_runs_is_a_take_of_sorted_runs(small, compiled, monkeypatch):
     index = np.repeat(np.arange(4), counts)
     monkeypatch.setattr(measures, "G_MIN_ROWS", 0 if compiled else 10**9)
     monkeypatch.setattr(G, "warm", compiled)      # not loaded yet: the plain bodies
+    monkeypatch.setattr(G, "plain_values", 0)
     monkeypatch.setattr(measures, "_MIN_RUN_ROWS", 1)
     got = measures._fill_runs(small, counts)
     assert got.type == small.type
@@ -130,6 +132,7 @@ def test_expand_matches_in_pieces(compiled, monkeypatch):
     from gpu_mr.kernels import threads
     monkeypatch.setattr(measures, "G_MIN_ROWS", 0 if compiled else 10**9)
     monkeypatch.setattr(G, "warm", compiled)      # not loaded yet: the plain bodies
+    monkeypatch.setattr(G, "plain_values", 0)
     monkeypatch.setattr(threads, "MIN_WORK", 1)
     monkeypatch.setattr(threads, "thread_count", lambda: 3)
     lengths = np.array([1, 4, 2, 7, 1, 3])
@@ -174,3 +177,30 @@ def test_spread_per_match_values_over_elements(compiled, pieces, monkeypatch):
         place = np.arange(offsets[-1]) - np.repeat(offsets[:-1], lengths)
         want = np.repeat(index if use_index else values, lengths) + place * step
         assert out.tolist() == want.tolist()
+
+
+def test_small_jobs_take_the_compiled_kernels_once_the_process_is_warm(monkeypatch):
+    """kernels.gather.use_compiled: a small job runs the plain bodies until
+    the plain bodies have handled WARM_AFTER values (or the compiled kernels
+    were asked for), then every job takes the compiled kernels."""
+    monkeypatch.setattr(G, "warm", False)
+    monkeypatch.setattr(G, "plain_values", 0)
+    monkeypatch.setattr(G, "WARM_AFTER", 100)
+    assert G.use_compiled(500, 400)                     # large enough on its own
+    assert not G.use_compiled(60, 400)
+    assert not G.use_compiled(60, 400)                  # 120 values: warm from now on
+    assert G.use_compiled(1, 400)
+    monkeypatch.setattr(G, "warm", False)
+    G.kernels(True)                                     # asked for: loaded
+    assert G.use_compiled(1, 400)
+
+
+def test_small_segments_take_the_compiled_kernels_once_warm(monkeypatch):
+    """kernels.segmented.kernels, the same rule for the segmented kernels."""
+    from gpu_mr.kernels import segmented
+    monkeypatch.setattr(segmented, "warm", False)
+    monkeypatch.setattr(segmented, "plain_elements", 0)
+    monkeypatch.setattr(segmented, "WARM_AFTER", 100)
+    assert segmented.kernels(60) is segmented.KERNELS
+    assert segmented.kernels(60) is segmented.KERNELS   # 120 elements: warm
+    assert segmented.kernels(1) is not segmented.KERNELS

@@ -570,6 +570,7 @@ def test_nan_only_where_counted_falls_back(monkeypatch):
     for jit in (0, 10**9):
         monkeypatch.setattr(segmented, "JIT_MIN_ELEMENTS", jit)
         monkeypatch.setattr(segmented, "warm", False)   # 10**9: the plain bodies
+        monkeypatch.setattr(segmented, "plain_elements", 0)
         t = pa.table({"ts": range(8),
                       "x": [5.0, NAN_, 4.0, 3.0, 6.0, 2.0, NAN_, 7.0]})
         both("ORDER BY ts MEASURES MIN(B.x) AS lo, MAX(C.x) AS hi, SUM(B.x) AS s, "
@@ -734,6 +735,7 @@ def test_case_choosing_string_constants_per_match_equals_the_reference(compiled,
     from gpu_mr.kernels import gather
     monkeypatch.setattr(strings, "MIN_ROWS", 0 if compiled else 10**9)
     monkeypatch.setattr(gather, "warm", compiled)     # not loaded yet: the plain bodies
+    monkeypatch.setattr(gather, "plain_values", 0)
     rng = np.random.default_rng(5)
     n = 4000
     table = pa.table({"ts": np.arange(n),
