@@ -432,3 +432,19 @@ def test_kernel_file_writing_reports_an_unwritable_folder(tmp_path):
         R._write_kernel_file(blocked / "sub", "k", "y = 1\n")
     written = R._write_kernel_file(Path(tmp_path / "ok"), "k", "y = 1\n")
     assert written.read_text() == "y = 1\n"
+
+
+def test_small_inputs_run_compiled_once_the_shape_has_run_enough_rows(monkeypatch):
+    """registers._use_jit: a query shape's small inputs run the plain kernel
+    until it has run JIT_MIN_ROWS rows in the process (or its compiled
+    kernel is loaded), then the compiled one; large inputs always do."""
+    monkeypatch.setattr(R, "JIT_MIN_ROWS", 100)
+    monkeypatch.setattr(R, "_PLAIN_ROWS", {})
+    monkeypatch.setattr(R, "_KERNEL_CACHE", {})
+    assert R._use_jit("shape A", 150)
+    assert not R._use_jit("shape A", 60)
+    assert not R._use_jit("shape A", 60)            # 120 rows: compiled from now on
+    assert R._use_jit("shape A", 1)
+    assert not R._use_jit("shape B", 1)             # counted per shape
+    R._KERNEL_CACHE[("shape B", True)] = object()   # compiled already: no reason to wait
+    assert R._use_jit("shape B", 1)

@@ -76,8 +76,13 @@ from ..syntax import types as T
 from .base import MatchArrays
 
 # Inputs this large are matched by the numba-compiled kernel; smaller ones by
-# the same code as plain Python (compilation costs seconds).
+# the same code as plain Python (compilation costs seconds; loading it from
+# numba's disk cache a fraction of one), until the plain kernel of that
+# query shape has run this many rows in the process, or its compiled kernel
+# is loaded already: then every input takes the compiled one (the plain one
+# costs about 10 microseconds a row, on every call).
 JIT_MIN_ROWS = 20_000
+_PLAIN_ROWS: dict = {}
 # First sizes of the kernel's buffers (threads, register rows, seen entries,
 # log nodes, matches, labels); each grows fourfold when full, and the kernel
 # then resumes at the search that stopped.
@@ -134,12 +139,26 @@ def find_matches(query: CheckedQuery, data: SortedInput, *, jit: Optional[bool] 
     plan = _plan(query)
     n = data.table.num_rows
     if jit is None:
-        jit = n >= JIT_MIN_ROWS and _have_numba()
+        jit = _use_jit(plan.source, n)
     kernel = plan.kernel(jit)
     icols, fcols, valid, fallback = _load_columns(plan, data, jit)
     if fallback:
         return _reference(query, data, range(data.num_partitions))
     return _drive(plan, kernel, query, data, icols, fcols, valid, jit)
+
+
+def _use_jit(source: str, n: int) -> bool:
+    """Whether ``n`` rows of the query shape ``source`` run compiled (see
+    ``JIT_MIN_ROWS``); rows left to the plain kernel are counted."""
+    if not _have_numba():
+        return False
+    done = _PLAIN_ROWS.get(source, 0)
+    if n >= JIT_MIN_ROWS or done >= JIT_MIN_ROWS or (source, True) in _KERNEL_CACHE:
+        return True
+    if len(_PLAIN_ROWS) > 256:
+        _PLAIN_ROWS.clear()
+    _PLAIN_ROWS[source] = done + n
+    return False
 
 
 def _have_numba() -> bool:
