@@ -448,3 +448,31 @@ def test_small_inputs_run_compiled_once_the_shape_has_run_enough_rows(monkeypatc
     assert not R._use_jit("shape B", 1)             # counted per shape
     R._KERNEL_CACHE[("shape B", True)] = object()   # compiled already: no reason to wait
     assert R._use_jit("shape B", 1)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_partition_ranges_on_threads_equal_the_reference(monkeypatch, threads):
+    """The compiled kernel over ranges of partitions on the thread pool: the
+    matches come back in partition order, numbered per partition, and a
+    partition the kernel hands to the reference engine (an int beyond 2**53
+    compared with a double, in a partition past the first range) keeps its
+    place."""
+    pytest.importorskip("numba")
+    from gpu_mr.kernels import threads as T
+    monkeypatch.setattr(R, "PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr(R, "INITIAL_SIZES", (1, 1, 1, 1, 1, 1))   # growth inside each range
+    monkeypatch.setattr(T, "MIN_WORK", 1)
+    monkeypatch.setattr(T, "thread_count", lambda: threads)
+    big = 2**62
+    parts = {"w": [1] * 30, "x": [1] * 45, "y": [1] * 40 + [big, big, big], "z": [2] * 20}
+    p = [k for k, v in parts.items() for _ in v]
+    a = [x for v in parts.values() for x in v]
+    table = pa.table({"p": pa.array(p), "ts": pa.array(range(len(a)), pa.int64()),
+                      "a": pa.array(a, pa.int64())})
+    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n, MATCH_NUMBER() AS m "
+              "PATTERN (A B B) DEFINE B AS B.a > A.a - 0.5")
+    q = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, q.partition_columns, q.order_keys)
+    want = ReferenceEngine().find_matches(q, data)
+    got = R.find_matches(q, data, jit=True)
+    assert got.to_matches() == want and len(want) == 10 + 15 + 14 + 6

@@ -69,6 +69,7 @@ from ..analysis import CheckedQuery
 from ..frames import SortedInput
 from ..interpreter import Interpreter, _nav_var
 from ..kernels import registers as K
+from ..kernels.threads import run_pieces, split
 from ..pattern.nfa import compile_nfa
 from ..predicates.fused import ColumnSlots
 from ..syntax import ast as A
@@ -83,6 +84,9 @@ from .base import MatchArrays
 # costs about 10 microseconds a row, on every call).
 JIT_MIN_ROWS = 20_000
 _PLAIN_ROWS: dict = {}
+# From this many rows the compiled kernel runs ranges of partitions on the
+# thread pool (a hand-off costs tens of microseconds).
+PARALLEL_MIN_ROWS = 50_000
 # First sizes of the kernel's buffers (threads, register rows, seen entries,
 # log nodes, matches, labels); each grows fourfold when full, and the kernel
 # then resumes at the search that stopped.
@@ -469,7 +473,7 @@ def _write_kernel_file(folder: Path, name: str, text: str) -> Path:
 # runs without numba's reference counting (``_nrt=False``, as numba's own
 # allocation-free helpers do): with it, each inlined call's array arguments
 # were counted up and down, 4/5 of the kernel's time.
-_JIT_OPTIONS = {"inner": {"inline": "always"}, "driver": {"_nrt": False}}
+_JIT_OPTIONS = {"inner": {"inline": "always"}, "driver": {"_nrt": False, "nogil": True}}
 _checked_options = None
 
 
@@ -486,7 +490,7 @@ def _jit_options() -> dict:
             probe(np.zeros(2, dtype=np.int64))
             _checked_options = _JIT_OPTIONS
         except Exception:                   # numba changed its private options
-            _checked_options = {"inner": _JIT_OPTIONS["inner"], "driver": {}}
+            _checked_options = {"inner": _JIT_OPTIONS["inner"], "driver": {"nogil": True}}
     return _checked_options
 
 
@@ -1363,9 +1367,11 @@ def _grown(a: np.ndarray, size: int) -> np.ndarray:
 
 def _drive(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, fcols, valid,
            jit: bool) -> MatchArrays:
+    """Every partition's matches: compiled, ranges of partitions of about
+    equal rows on the thread pool (the kernel drops the GIL; each range has
+    buffers of its own), their matches joined in partition order."""
     offsets = np.asarray(data.partition_offsets, dtype=np.int64)
     n_parts = len(offsets) - 1
-    buf = _Buffers(plan, data.table.num_rows)
     init_i = np.array(plan.layout.init_i or [0], dtype=np.int64)
     init_f = np.array(plan.layout.init_f or [0.0], dtype=np.float64)
     ci, cf = plan.constants(jit)
@@ -1373,17 +1379,38 @@ def _drive(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, f
     if query.time_limit is not None:
         from ..horizons import row_horizons
         horizon, timed = row_horizons(query, data), True
+
+    def run(a: int, b: int) -> list:
+        return _drive_range(plan, kernel, query, data, icols, fcols, valid, offsets, a, b,
+                            init_i, init_f, ci, cf, horizon, timed)
+    ranges = [(0, n_parts)]
+    if jit and n_parts > 1 and data.table.num_rows >= PARALLEL_MIN_ROWS:
+        ranges = split(offsets - offsets[0]) or ranges
+    pieces = run_pieces(run, ranges) if len(ranges) > 1 else [run(0, n_parts)]
+    return _concat([chunk for piece in pieces for chunk in piece])
+
+
+def _drive_range(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, fcols,
+                 valid, offsets, a: int, b: int, init_i, init_f, ci, cf, horizon,
+                 timed: bool) -> list:
+    """The matches of partitions ``a .. b-1``, as MatchArrays chunks in
+    partition order: the kernel over them (it reads the partitions' row
+    offsets, numbered from ``a``), and the reference engine for a
+    partition the kernel hands back."""
+    ranged = offsets[a:b + 1]
+    buf = _Buffers(plan, int(ranged[-1] - ranged[0]))
     chunks: list = []
     part = 0
     out_ctr = np.zeros(2, dtype=np.int64)
-    while part < n_parts:
-        b = buf
+    while part < b - a:
+        bf = buf
         status, stop = kernel(
-            offsets, part, plan.start_state, plan.op, plan.out, plan.out2, plan.var, plan.excl,
-            plan.skip_kind, plan.skip_set, init_i, init_f, b.th_state, b.th_node, b.th_reg,
-            b.pool_i, b.pool_f, b.seen_stamp, b.seen_head, b.ent_row, b.ent_next, b.stack,
-            b.log_par, b.log_var, b.log_exc, b.ctr, icols, fcols, valid, ci, cf, b.m_part,
-            b.m_num, b.m_start, b.m_end, b.labels, b.lexc, out_ctr, horizon, timed)
+            ranged, part, plan.start_state, plan.op, plan.out, plan.out2, plan.var, plan.excl,
+            plan.skip_kind, plan.skip_set, init_i, init_f, bf.th_state, bf.th_node, bf.th_reg,
+            bf.pool_i, bf.pool_f, bf.seen_stamp, bf.seen_head, bf.ent_row, bf.ent_next,
+            bf.stack, bf.log_par, bf.log_var, bf.log_exc, bf.ctr, icols, fcols, valid, ci, cf,
+            bf.m_part, bf.m_num, bf.m_start, bf.m_end, bf.labels, bf.lexc, out_ctr, horizon,
+            timed)
         if status == K.DONE:
             break
         if status == K.GROW:
@@ -1393,15 +1420,17 @@ def _drive(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, f
             continue
         # ERROR / FALLBACK / SKIP_ERROR (that partition's output dropped): the
         # reference engine decides this partition
-        chunks.append(_take(buf, out_ctr))
+        chunks.append(_take(buf, out_ctr, a))
         out_ctr[:] = 0
-        chunks.append(MatchArrays.from_matches(_reference(query, data, [int(stop)])))
+        chunks.append(MatchArrays.from_matches(_reference(query, data, [a + int(stop)])))
         part = int(stop) + 1
-    chunks.append(_take(buf, out_ctr))
-    return _concat(chunks)
+    chunks.append(_take(buf, out_ctr, a))
+    return chunks
 
 
-def _take(buf: _Buffers, out_ctr) -> MatchArrays:
+def _take(buf: _Buffers, out_ctr, part_base: int = 0) -> MatchArrays:
+    """The matches in ``buf`` so far; their partitions counted from
+    ``part_base``."""
     m, nl = int(out_ctr[0]), int(out_ctr[1])
     if m == 0:
         return MatchArrays.empty()
@@ -1410,7 +1439,7 @@ def _take(buf: _Buffers, out_ctr) -> MatchArrays:
     offsets = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(end - start + 1, out=offsets[1:])
     assert offsets[-1] == nl
-    return MatchArrays(buf.m_part[:m].copy(), buf.m_num[:m].copy(), start, end, offsets,
+    return MatchArrays(buf.m_part[:m] + part_base, buf.m_num[:m].copy(), start, end, offsets,
                        buf.labels[:nl].copy(), buf.lexc[:nl].copy())
 
 
