@@ -150,8 +150,10 @@ def _cpu_path(query: CheckedQuery) -> list:
         scan = ("unanchored leftmost-first DFA scan over the classes present, one step per "
                 "row, partitions in parallel, two at a time per core; a partition wider than "
                 "a core's share of the rows in speculative chunks on all cores, each replayed "
-                "from where the one before it left until the two scans agree (the anchored "
-                "scan instead for a streamed batch or an automaton past its cap)")
+                "from where the one before it left until the two scans agree (in a stream, "
+                "whole partitions per batch, a search under way at a batch's end scanned "
+                "again from where it began; the anchored scan instead for an automaton past "
+                "its cap)")
         recovery = ("each match's start and path (which variable each row took) by one "
                     "backward walk over the automaton's thread lineage, one job per match")
         from .measures import walk_labels_reason

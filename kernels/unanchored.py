@@ -242,21 +242,35 @@ def _settle(q, hi, off, found, n_out, open_end, shift, end_accept, end_code, sta
 
 
 @register_jitable
+def _search_begin(out, out_base, n_out, n_begin, begin):
+    """The row the search under way began at: ``begin`` (where the last one
+    settled), or the row of its last restart since (recorded at
+    ``out[out_base + n_out - 1]``, ``end << 8 | code``: the new search read
+    that row first). Where a stream resumes when the search is still alive
+    at the batch's end."""
+    if n_out > n_begin:
+        return max(begin, out[np.uint64(out_base + n_out - 1)] >> 8)
+    return begin
+
+
+@register_jitable
 def _lean_finish(classes, q, hi, off, n_out, begin, n_begin, done, open_end, moves, shift,
                  end_accept, start_other, end_code, row_keys, out, out_base):
     """Scan rows on (:func:`_lean_rows`) from a search that began at row
     ``begin`` after ``n_begin`` matches to ``hi``, settling each search that
-    stops: returns ``(q, off, found, n_out)``, where the scan stopped and
-    the match pending there."""
+    stops: returns ``(q, off, found, n_out, begin)``, where the scan stopped,
+    the match pending there and the row its last search began at
+    (:func:`_search_begin`)."""
     found = np.int64(NO_MATCH)
     while not done:
         q, off, n_out = _lean_rows(classes, q, hi, off, n_out, moves, row_keys, out, out_base)
         found = _pending(row_keys, moves, out, out_base, n_out, n_begin, begin, q)
         q, off, found, n_out, done = _settle(q, hi, off, found, n_out, open_end, shift,
                                              end_accept, end_code, start_other, out, out_base)
-        begin = q
-        n_begin = n_out
-    return q, off, found, n_out
+        if not done:
+            begin = q
+            n_begin = n_out
+    return q, off, found, n_out, _search_begin(out, out_base, n_out, n_begin, begin)
 
 
 # Most rows a chunk's replay scans between its checks for agreement.
@@ -698,10 +712,10 @@ def scan_segments(s0, s1, classes, seg_lo, seg_hi, seg_first, seg_open, moves, s
     qa, ha, na = seg_lo[sa], seg_hi[sa], zero
     offa = fresh_first if seg_first[sa] else fresh
     if s1 - s0 == 1:
-        q, off, found, n = _lean_finish(classes, qa, ha, offa, na, qa, na, qa >= ha,
-                                        seg_open[sa], moves, shift, end_accept, start_other,
-                                        end_code, row_keys, out, seg_lo[sa])
-        _record(sa, q, off, found, n, counts, exits)
+        q, off, found, n, b = _lean_finish(classes, qa, ha, offa, na, qa, na, qa >= ha,
+                                           seg_open[sa], moves, shift, end_accept, start_other,
+                                           end_code, row_keys, out, seg_lo[sa])
+        _record(sa, q, off, found, n, counts, exits, b)
         return
     qb, hb, nb = seg_lo[sb], seg_hi[sb], zero
     offb = fresh_first if seg_first[sb] else fresh
@@ -712,13 +726,14 @@ def scan_segments(s0, s1, classes, seg_lo, seg_hi, seg_first, seg_open, moves, s
             sa, qa, ha, offa, na, ba, ka, fa, da, sb, qb, hb, offb, nb, bb, kb, fb, db = \
                 sb, qb, hb, offb, nb, bb, kb, fb, db, sa, qa, ha, offa, na, ba, ka, fa, da
         if da:                       # lane a's segment is done: the next, else b alone
-            _record(sa, qa, offa, fa, na, counts, exits)
+            _record(sa, qa, offa, fa, na, counts, exits,
+                    _search_begin(out, seg_lo[sa], na, ka, ba))
             if nxt == s1:
-                q, off, found, n = _lean_finish(classes, qb, hb, offb, nb, bb, kb, db,
-                                                seg_open[sb], moves, shift, end_accept,
-                                                start_other, end_code, row_keys, out,
-                                                seg_lo[sb])
-                _record(sb, q, off, found if not db else fb, n, counts, exits)
+                q, off, found, n, b = _lean_finish(classes, qb, hb, offb, nb, bb, kb, db,
+                                                   seg_open[sb], moves, shift, end_accept,
+                                                   start_other, end_code, row_keys, out,
+                                                   seg_lo[sb])
+                _record(sb, q, off, found if not db else fb, n, counts, exits, b)
                 return
             sa, nxt = nxt, nxt + 1
             qa, ha, na = seg_lo[sa], seg_hi[sa], zero
@@ -733,21 +748,25 @@ def scan_segments(s0, s1, classes, seg_lo, seg_hi, seg_first, seg_open, moves, s
             fa = _pending(row_keys, moves, out, seg_lo[sa], na, ka, ba, qa)
             qa, offa, fa, na, da = _settle(qa, ha, offa, fa, na, seg_open[sa], shift,
                                            end_accept, end_code, start_other, out, seg_lo[sa])
-            ba, ka = qa, na
+            if not da:
+                ba, ka = qa, na
         if qb == hb or offb == 0:
             fb = _pending(row_keys, moves, out, seg_lo[sb], nb, kb, bb, qb)
             qb, offb, fb, nb, db = _settle(qb, hb, offb, fb, nb, seg_open[sb], shift,
                                            end_accept, end_code, start_other, out, seg_lo[sb])
-            bb, kb = qb, nb
+            if not db:
+                bb, kb = qb, nb
 
 
 @register_jitable
-def _record(s, q, off, found, n, counts, exits):
-    """Segment ``s`` is done: its matches and where and how it stopped."""
+def _record(s, q, off, found, n, counts, exits, begin):
+    """Segment ``s`` is done: its matches and where and how it stopped,
+    and the row its last search began at (where a stream resumes)."""
     counts[s] = n
     exits[s, 0] = q
     exits[s, 1] = off
     exits[s, 2] = found
+    exits[s, 3] = begin
 
 
 def repair_partitions(c0, c1, chain_first, chain_end, classes, seg_lo, seg_hi, seg_open, moves,
@@ -883,26 +902,41 @@ def _segments(offsets: np.ndarray, rows: int) -> tuple:
     return seg_lo, seg_hi, place == 0, place < count - 1, seg_part, chains
 
 
-def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool) -> tuple:
+def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool,
+          stream: tuple = ()) -> tuple:
     """The scan and the compacted matches: ``(ends, codes, partitions,
-    numbers, row keys, scan_hi, kernels)``; compiled, on the thread pool
+    numbers, row keys, resume, kernels)``; compiled, on the thread pool
     in ranges of segments of about equal rows: whole partitions, or when
     one is wider than a thread's share of the rows, speculative chunks of
     the long ones, each then repaired from where the one before it left
-    (:func:`repair_chunk`)."""
+    (:func:`repair_chunk`). ``stream``: ``(scan_from, continues, open_end,
+    end_margin)`` of a batch of a stream (``kernels.scan.run_scan``'s), whole
+    partitions only; ``resume``: the row the next batch resumes the last
+    partition at (where its search under way began, when one is), else the
+    last partition's end."""
     n = classes.shape[0]
     t = tables
     moves, shift = pack_moves(t)
     end_code = np.where(t.end_thread >= 0, t.end_thread + 2, 0).astype(np.int32)
     row_keys = B.empty(n, row_key_dtype(t))
     out = B.empty(n, np.int64)
-    seg_lo, seg_hi, seg_first, seg_open, seg_part, chains = _segments(
-        offsets, chunk_rows(offsets))
+    if stream:
+        seg_lo, seg_hi, part_start = S.scan_ranges(offsets, *stream)
+        seg_first = seg_lo == part_start
+        seg_open = np.zeros(seg_lo.shape[0], dtype=np.bool_)
+        seg_open[-1:] = bool(stream[2])
+        seg_part = np.arange(seg_lo.shape[0], dtype=np.int64)
+        chains = np.zeros((2, 0), np.int64)
+    else:
+        seg_lo, seg_hi, seg_first, seg_open, seg_part, chains = _segments(
+            offsets, chunk_rows(offsets))
     n_seg = seg_lo.shape[0]
+    start_fresh = int(t.start_other) << shift
     counts = np.zeros(n_seg, dtype=np.int64)
-    exits = np.zeros((n_seg, 3), dtype=np.int64)
+    exits = np.zeros((n_seg, 4), dtype=np.int64)
     kernels = _cpu_kernels(compiled)
-    rows_before = np.append(seg_lo - offsets[0], n)
+    first_row = int(seg_lo[0]) if n_seg else 0
+    rows_before = np.append(seg_lo - first_row, max(n - first_row, 0))
     _in_pieces(lambda a, b: kernels[0](
         np.int64(a), np.int64(b), classes, seg_lo, seg_hi, seg_first, seg_open, moves,
         np.int64(shift), t.end_accept, np.int64(t.start_first), np.int64(t.start_other),
@@ -935,7 +969,13 @@ def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool) -> t
         np.int64(a), np.int64(b), matches_before[a], seg_lo, seg_part, seg_number, counts,
         drops, fix_first, n_fix, out, fix_out, ends, codes, partitions, numbers),
         matches_before, compiled)
-    return ends, codes, partitions, numbers, row_keys, offsets[1:].copy(), kernels
+    resume = int(offsets[-1]) if offsets.shape[0] else 0
+    if n_seg and seg_open[-1]:
+        # a search alive at the batch's end (or one that found a match a
+        # longer one may replace) is scanned again from where it began
+        q, off, found, begin = (int(x) for x in exits[-1])
+        resume = begin if off != start_fresh or found != NO_MATCH else q
+    return ends, codes, partitions, numbers, row_keys, resume, kernels
 
 
 def _labels(ends, codes, row_keys, tables, starts, kernels, threads: bool) -> tuple:
@@ -984,14 +1024,18 @@ def _rows_before_groups(ends: np.ndarray, n_groups: int) -> np.ndarray:
     return bounds
 
 
-def _errors(scan_hi: np.ndarray) -> np.ndarray:
-    errors = np.zeros((scan_hi.shape[0], 3), dtype=np.int64)
-    errors[:, 2] = scan_hi
+def _errors(offsets: np.ndarray, resume: int) -> np.ndarray:
+    """``kernels.scan.run_scan``'s errors: none; each partition's end as the
+    row to resume at, the last one's ``resume``."""
+    errors = np.zeros((max(offsets.shape[0] - 1, 0), 3), dtype=np.int64)
+    errors[:, 2] = offsets[1:]
+    if errors.shape[0]:
+        errors[-1, 2] = resume
     return errors
 
 
 def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
-                   compiled: bool = True) -> tuple:
+                   compiled: bool = True, stream: tuple = ()) -> tuple:
     """Every match of AFTER MATCH SKIP PAST LAST ROW and its path, from one
     unanchored scan: ``(starts, ends exclusive, partitions, errors,
     label_offsets, labels, excluded)``, what ``kernels.scan.run_scan`` and
@@ -1001,11 +1045,11 @@ def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
     :class:`gpu_mr.pattern.dfa.UnanchoredTables`; ``compiled=False`` runs
     the plain Python bodies."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    ends, codes, partitions, _, row_keys, scan_hi, kernels = _scan(classes, offsets, tables,
-                                                                   compiled)
+    ends, codes, partitions, _, row_keys, resume, kernels = _scan(classes, offsets, tables,
+                                                                  compiled, stream)
     starts = B.empty(ends.shape[0], np.int64)
     paths = _labels(ends, codes, row_keys, tables, starts, kernels, compiled)
-    return (starts, ends, partitions, _errors(scan_hi)) + paths
+    return (starts, ends, partitions, _errors(offsets, resume)) + paths
 
 
 # Placeholders for the walk's unused columns, typed as the columns' read-only views.
@@ -1108,7 +1152,8 @@ def _pieces(ends: np.ndarray, bounds: np.ndarray, chunks: list) -> list:
 
 
 def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
-                            walk: WalkColumns, compiled: bool = True) -> tuple:
+                            walk: WalkColumns, compiled: bool = True,
+                            stream: tuple = ()) -> tuple:
     """:func:`run_unanchored` for ONE ROW PER MATCH: the walk computes the
     per-match values ``walk`` asks for (:func:`walk_measures`) instead of
     writing the labels. ``(starts, ends exclusive, partitions, errors,
@@ -1120,8 +1165,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     words, "ext_nan": bool per extreme, "landings": int64 rows (landings x
     matches, -1 none)}``."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    ends, codes, partitions, numbers, row_keys, scan_hi, kernels = _scan(classes, offsets,
-                                                                         tables, compiled)
+    ends, codes, partitions, numbers, row_keys, resume, kernels = _scan(classes, offsets,
+                                                                        tables, compiled,
+                                                                        stream)
     m = ends.shape[0]
     starts = B.empty(m, np.int64)
     # the walk writes each match's length after its label offset; one
@@ -1186,4 +1232,4 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     walked = {"numbers": numbers, "edges": edge_out, "ext_rows": ext_row, "landings": land_out,
               "ext_values": [v.view(np.uint64) for v in ext_val[:n_ext]],
               "ext_nan": ext_nan.any(axis=0)[:n_ext]}
-    return (starts, ends, partitions, _errors(scan_hi), label_offsets, paths, walked)
+    return (starts, ends, partitions, _errors(offsets, resume), label_offsets, paths, walked)

@@ -224,3 +224,30 @@ def test_a_batch_ending_with_its_last_search_then_a_new_partition(engine):
                                                           engine=engine))
     assert got.equals(want)
     assert got["mno"].to_pylist() == [1, 2, 1]
+
+
+def test_stream_batches_take_the_unanchored_scan(monkeypatch):
+    """A stream's batches of an AFTER MATCH SKIP PAST LAST ROW query run the
+    unanchored scan (whole partitions, the last one open: a search alive at
+    a batch's end is scanned again from where it began), and the pieces
+    equal the whole."""
+    from gpu_mr.kernels import unanchored as U
+    calls = []
+    scan = U._scan
+
+    def counted(*args, **kwargs):
+        calls.append(args[4] if len(args) > 4 else kwargs.get("stream", ()))
+        return scan(*args, **kwargs)
+    monkeypatch.setattr(U, "_scan", counted)
+    rng = np.random.default_rng(11)
+    n = 30_000
+    t = pa.table({"sym": np.repeat(["A", "B", "C"], n // 3), "ts": np.arange(n),
+                  "price": np.round(100 + np.cumsum(rng.normal(size=n)), 0)})
+    clause = """PARTITION BY sym ORDER BY ts
+        MEASURES FIRST(A.ts) AS s, LAST(C.ts) AS e, MATCH_NUMBER() AS mno, MIN(B.price) AS low
+        PATTERN (A B+ C+) DEFINE B AS price < PREV(price), C AS price > PREV(price)"""
+    want = gpu_mr.match_recognize(t, clause, engine="cpu")
+    pieces = list(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=997), clause,
+                                                 engine="cpu"))
+    assert pa.concat_tables(pieces).equals(want)
+    assert sum(1 for stream in calls if stream) > 20          # every batch but the last

@@ -205,8 +205,8 @@ class CpuEngine:
 
 class _UnanchoredTables:
     """The :class:`UnanchoredDfa`'s tables over the classes present, built
-    on the first call and then kept: a scan that does not use them (a
-    stream batch, a long partition) does not pay for exploring the
+    on the first call and then kept: a query the anchored scan serves (a
+    time limit, an automaton past its caps) does not pay for exploring the
     automaton. Calling it gives the tables, or None past the automaton's
     caps."""
 
@@ -316,16 +316,18 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
         from ..kernels import unanchored as U
         from ..measures import walk_request
         request = walk_request(query, data)
+        stream = ((scan_from, continues, open_end, end_margin)
+                  if scan_from >= 0 or continues or open_end else ())
         if request is None:
-            starts, ends, partitions, errors, *paths = U.run_unanchored(dense, offsets,
-                                                                        unanchored())
+            starts, ends, partitions, errors, *paths = U.run_unanchored(
+                dense, offsets, unanchored(), stream=stream)
         else:
             # ONE ROW measures computed in the walk, the labels only if read
             walk = _walk_columns(request, len(query.primary_vars))
             starts, ends, partitions, errors, label_offsets, paths, got = \
-                U.run_unanchored_measured(dense, offsets, unanchored(), walk)
+                U.run_unanchored_measured(dense, offsets, unanchored(), walk, stream=stream)
             walked = _walked(request, got)
-            numbers = got["numbers"]             # whole partitions: no number_base
+            numbers = got["numbers"]             # from 1 per batch: number_base below
     else:
         starts, ends, partitions, errors = run_scan(
             dense, offsets, tables, _SKIP_MODES[skip.kind], skip_variables(query),
@@ -398,8 +400,6 @@ def _anchored_reason(query: CheckedQuery, unanchored, scan_from: int, continues:
     if query.time_limit is not None:
         return (f"the time limit {query.time_limit.to_sql()}: each search stops at its own "
                 "horizon, which the unanchored scan cannot follow")
-    if scan_from >= 0 or continues or open_end:
-        return "a stream batch"
     if numba_missing() is not None:
         return "numba is not installed"
     if unanchored is None or unanchored() is None:
