@@ -518,10 +518,16 @@ def _walk_plan(query: CheckedQuery, column, arrow_type):
         return (found is not None and not any(leaf is e for leaf in found)   # CLASSIFIER
                 and all(label_free(leaf) for leaf in found))
 
-    for m in query.measures:
-        if not label_free(m.expr):
-            return f"{m.name} = {m.expr.to_sql()}"
-    return edges, extremes, list(landings)
+    try:
+        for m in query.measures:
+            if not label_free(m.expr):
+                return f"{m.name} = {m.expr.to_sql()}"
+        return edges, extremes, list(landings)
+    finally:
+        # label_free calls itself: its cell holds it, a cycle that kept
+        # ``column``, and with it the caller's input table, alive until the
+        # garbage collector ran (a stream's batches piled up in memory)
+        label_free = None  # noqa: F841
 
 
 # ------------------------------------------------------------ interpreter path

@@ -283,3 +283,25 @@ def test_explain_says_whether_the_labels_are_written(measure, reads):
         assert reads in why and f"per-row labels are written for the measure {why}" in text
     data = sort_for_matching(table, query.partition_columns, query.order_keys)
     assert (measures.walk_request(query, data) is None) == (reads is not None)
+
+
+def test_walk_request_leaves_no_cycle_holding_the_input():
+    """measures.walk_request's plan (recursive closures) must not keep the
+    input alive in a reference cycle: a stream asks it once per batch, and
+    its batches piled up in memory until the garbage collector ran."""
+    import gc
+    from gpu_mr.frames import SortedInput
+    table = _table(500, 4)
+    query = analyze(parse_clause(MEASURED.format(extremes="MIN(B.price) AS lo")), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        assert measures.walk_request(query, data) is not None
+        del data
+        gc.collect()
+        held = [o for o in gc.garbage if isinstance(o, SortedInput)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert not held                         # freed at once, not by the collector
