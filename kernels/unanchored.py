@@ -38,7 +38,12 @@ array, not the states and the classes. A thread scans two partitions at
 once: two independent chains of lookups (:func:`scan_segments`). A
 partition wider than a thread's share of the rows is cut into chunks
 scanned speculatively on all cores, then replayed at their borders until
-the true scan agrees with the speculation (:func:`repair_chunk`).
+the true scan agrees with the speculation (:func:`repair_chunk`). The hot
+loop carries no pending match (:func:`_lean_step`); where a search stops,
+it is read back from the row keys (:func:`_pending`). A stream's batch is
+scanned whole partition by whole partition, the last one open: a search
+alive at its end is scanned again from where it began in the next batch
+(:func:`_search_begin`).
 Cost: one DFA step per row plus the rows re-read after each match; O(match
 length) per match for the walk and the copy; 2 bytes per row of row keys
 (4 past 65,535 keys). The measured walk reads a key per walked row for
