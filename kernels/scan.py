@@ -94,35 +94,24 @@ def recover_paths(classes, first, last, match_part_start, match_hi, starts, ends
             continue
         state = start_first if s == match_part_start[i] else start_other
         for q in range(s, e):
-            # unsigned: numba adds no negative-index wraparound test
-            states[np.uint64(out + q - s)] = state
-            state = trans[np.uint64(state), np.uint64(classes[np.uint64(q)])]
-        _label_back(classes, s, e, out, state, e == match_hi[i], timed and e == horizon[s],
-                    lineage, match_thread, end_thread, states, labels, excluded)
-
-
-@register_jitable
-def _label_back(classes, s, e, out, state, at_hi, at_horizon, lineage, match_thread,
-                end_thread, states, labels, excluded):
-    """The labels of the match ``[s, e)`` walked back from its MATCH thread:
-    ``states[out ...]`` the state before each of its rows, ``state`` the
-    one after its last; ``at_hi``: it ends where its rows end; ``at_horizon``:
-    at its start's time horizon (found by the empty class there)."""
-    if at_hi:
-        thread = end_thread[state]
-    elif at_horizon:
-        thread = match_thread[state, EMPTY_CLASS]
-    else:
-        thread = match_thread[state, classes[e]]
-    for q in range(e - 1, s - 1, -1):
-        at = np.uint64(out + q - s)
-        before = states[at]
-        c = classes[np.uint64(q)]
-        # one lookup: parent, variable, mark
-        step = lineage[np.uint64(before), np.uint64(c), np.uint64(thread)]
-        labels[at] = (step >> 16) & 0xFFFF
-        excluded[at] = (step >> 32) & 1
-        thread = step & 0xFFFF
+            states[out + q - s] = state
+            state = trans[state, classes[q]]
+        # the labels, walked back from the MATCH thread (written out here and
+        # in scan_partition: a call per match passing arrays counts their
+        # references, which made the serial recovery three times slower)
+        if e == match_hi[i]:
+            thread = end_thread[state]
+        elif timed and e == horizon[s]:
+            thread = match_thread[state, EMPTY_CLASS]
+        else:
+            thread = match_thread[state, classes[e]]
+        for q in range(e - 1, s - 1, -1):
+            before = states[out + q - s]
+            c = classes[q]
+            step = lineage[before, c, thread]    # one lookup: parent, variable, mark
+            labels[out + q - s] = (step >> 16) & 0xFFFF
+            excluded[out + q - s] = (step >> 32) & 1
+            thread = step & 0xFFFF
 
 
 @register_jitable
@@ -211,13 +200,22 @@ def scan_partition(classes, lo, hi, stop, out_base, part_start, open_end, trans,
             slot_part_start[slot] = part_start
             slot_hi[slot] = hi
             slot_out[slot] = pos
-            # the path from the states the search stored (rows pos .. q); the
-            # state after the match's last row: stored before row ``best``,
-            # unless the search stopped at best alive (its end or horizon)
+            # the path from the states the search stored (rows pos .. q), as
+            # recover_paths walks it; the state after the match's last row:
+            # stored before row ``best``, unless the search stopped at best
+            # alive (its end or horizon)
             after = state if best == q and not dead else scratch_states[np.uint64(best)]
-            _label_back(classes, pos, best, pos, after, best == hi, timed and best == cut,
-                        lineage, match_thread, end_thread, scratch_states, scratch_labels,
-                        scratch_excluded)
+            if best == hi:
+                thread = end_thread[after]
+            elif timed and best == cut:
+                thread = match_thread[after, EMPTY_CLASS]
+            else:
+                thread = match_thread[after, classes[best]]
+            for r in range(best - 1, pos - 1, -1):
+                step = lineage[scratch_states[r], classes[r], thread]
+                scratch_labels[r] = (step >> 16) & 0xFFFF
+                scratch_excluded[r] = (step >> 32) & 1
+                thread = step & 0xFFFF
             target = -1
             for r in range(pos, best):
                 if (skip_vars >> scratch_labels[r]) & 1:
