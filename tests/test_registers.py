@@ -476,3 +476,27 @@ def test_partition_ranges_on_threads_equal_the_reference(monkeypatch, threads):
     want = ReferenceEngine().find_matches(q, data)
     got = R.find_matches(q, data, jit=True)
     assert got.to_matches() == want and len(want) == 10 + 15 + 14 + 6
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_errors_over_partition_ranges_are_the_reference_engines(monkeypatch, threads):
+    """With partitions in ranges on the thread pool, the error raised is the
+    one the reference engine raises: that of the first partition that fails,
+    though a later range may fail first. Partition p's first match starts
+    at its row 2 p + 1, so each partition's SKIP error names other rows."""
+    pytest.importorskip("numba")
+    from gpu_mr.kernels import threads as T
+    monkeypatch.setattr(R, "PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr(T, "MIN_WORK", 1)
+    monkeypatch.setattr(T, "thread_count", lambda: threads)
+    a = np.concatenate([np.concatenate([np.full(2 * p + 1, 9), np.arange(40 - 2 * p - 1)])
+                        for p in range(4)])
+    table = pa.table({"p": pa.array(np.repeat(np.arange(4), 40)),
+                      "ts": pa.array(range(160), pa.int64()), "a": pa.array(a, pa.int64())})
+    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO FIRST A "
+              "PATTERN (A B+) DEFINE B AS B.a > A.a")
+    q = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, q.partition_columns, q.order_keys)
+    want = _outcome(lambda: ReferenceEngine().find_matches(q, data))
+    got = _outcome(lambda: R.find_matches(q, data, jit=True).to_matches())
+    assert want[0] == "error" and got == want, (got, want)
