@@ -6,7 +6,8 @@ matches the reference engine finds, from dense DFA tables
 dies, remembering the last position where a match ended; report (start, end
 exclusive); resume per AFTER MATCH SKIP (after an empty match or no match:
 the next row). SKIP TO FIRST/LAST v needs the match's mapping, so the scan
-recovers it (``recover_paths``) to find the row to resume at. A second kernel
+recovers it to find the row to resume at, from the states its search stored
+row by row (the backward walk of ``recover_paths``). A second kernel
 recovers the mapping of every reported match, one independent job per match.
 The specification of the scan is ``gpu_mr.pattern.dfa.match_spans``.
 

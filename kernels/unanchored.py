@@ -269,13 +269,26 @@ def _lean_finish(classes, q, hi, off, n_out, begin, n_begin, done, open_end, mov
     found = np.int64(NO_MATCH)
     while not done:
         q, off, n_out = _lean_rows(classes, q, hi, off, n_out, moves, row_keys, out, out_base)
-        found = _pending(row_keys, moves, out, out_base, n_out, n_begin, begin, q)
-        q, off, found, n_out, done = _settle(q, hi, off, found, n_out, open_end, shift,
-                                             end_accept, end_code, start_other, out, out_base)
-        if not done:
-            begin = q
-            n_begin = n_out
+        q, off, found, n_out, done, begin, n_begin = _stop(
+            q, hi, off, n_out, begin, n_begin, open_end, moves, shift, end_accept, end_code,
+            start_other, row_keys, out, out_base)
     return q, off, found, n_out, _search_begin(out, out_base, n_out, n_begin, begin)
+
+
+@register_jitable
+def _stop(q, hi, off, n_out, begin, n_begin, open_end, moves, shift, end_accept, end_code,
+          start_other, row_keys, out, out_base):
+    """A lean search stopped at row ``q`` (it died, or its rows ended): the
+    match it left pending (:func:`_pending`) settled (:func:`_settle`);
+    returns ``(q, off, found, n_out, done, begin, n_begin)``, the next
+    search's begin and the matches before it unless the rows are done."""
+    found = _pending(row_keys, moves, out, out_base, n_out, n_begin, begin, q)
+    q, off, found, n_out, done = _settle(q, hi, off, found, n_out, open_end, shift, end_accept,
+                                         end_code, start_other, out, out_base)
+    if not done:
+        begin = q
+        n_begin = n_out
+    return q, off, found, n_out, done, begin, n_begin
 
 
 # Most rows a chunk's replay scans between its checks for agreement.
@@ -750,17 +763,13 @@ def scan_segments(s0, s1, classes, seg_lo, seg_hi, seg_first, seg_open, moves, s
                                                 seg_lo[sb], min(ha - qa, hb - qb), moves,
                                                 row_keys, out)
         if qa == ha or offa == 0:
-            fa = _pending(row_keys, moves, out, seg_lo[sa], na, ka, ba, qa)
-            qa, offa, fa, na, da = _settle(qa, ha, offa, fa, na, seg_open[sa], shift,
-                                           end_accept, end_code, start_other, out, seg_lo[sa])
-            if not da:
-                ba, ka = qa, na
+            qa, offa, fa, na, da, ba, ka = _stop(qa, ha, offa, na, ba, ka, seg_open[sa], moves,
+                                                 shift, end_accept, end_code, start_other,
+                                                 row_keys, out, seg_lo[sa])
         if qb == hb or offb == 0:
-            fb = _pending(row_keys, moves, out, seg_lo[sb], nb, kb, bb, qb)
-            qb, offb, fb, nb, db = _settle(qb, hb, offb, fb, nb, seg_open[sb], shift,
-                                           end_accept, end_code, start_other, out, seg_lo[sb])
-            if not db:
-                bb, kb = qb, nb
+            qb, offb, fb, nb, db, bb, kb = _stop(qb, hb, offb, nb, bb, kb, seg_open[sb], moves,
+                                                 shift, end_accept, end_code, start_other,
+                                                 row_keys, out, seg_lo[sb])
 
 
 @register_jitable
