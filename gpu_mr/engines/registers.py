@@ -279,6 +279,8 @@ class _Plan(ColumnSlots):
         self.const_i: list = []         # integers, booleans (0/1), labels
         self.const_f: list = []         # doubles
         self.pred_sources: dict = {}
+        # row-local parts of the DEFINEs read as columns (see mask_column)
+        self.masked: list = []          # (defining variable, expression)
         for name in q.primary_vars:
             expr = q.defines.get(name)
             if expr is not None:
@@ -298,6 +300,29 @@ class _Plan(ColumnSlots):
         if q.skip.var is not None:
             for v in self.sets[q.skip.var]:
                 self.skip_set[v] = True
+
+    def mask_column(self, e: A.Expr, v: int) -> Optional[tuple]:
+        """The column names ``(values, failed)`` of ``e``, a part of the
+        DEFINE of variable ``v`` evaluated at the current row, when it is
+        read as a column rather than generated: it reads only the row and
+        its PREV/NEXT, it involves values the registers do not hold (a
+        string, a timestamp, a decimal: ``_needs_mask``), it yields one they
+        do, and masks.py vectorises it exactly. None otherwise.
+        :func:`_load_columns` fills the columns with masks.py's values
+        (``evaluate_values``): why a query comparing an event type with a
+        constant runs here at all, once for all rows."""
+        from ..analysis import _history_dependent
+        from ..predicates import masks
+        if (isinstance(e, (A.Literal, A.ColumnRef)) or e.type is None
+                or e.type.kind not in masks.VALUE_DTYPES or not _needs_mask(e)):
+            return None
+        var = self.query.primary_vars[v]
+        if _history_dependent(e, var) or masks.supports(e, var, self.query) is not None:
+            return None
+        k = len(self.masked)
+        self.masked.append((var, e))
+        kind = _kind(e.type)
+        return self.column(f"{MASKED_PREFIX}{k}", kind), self.column(f"{MASKED_PREFIX}{k}!", "i")
 
     # ---------------------------------------------------------- the module
     def _module_source(self) -> str:
@@ -583,6 +608,22 @@ def _kind(t: T.SqlType) -> str:
 
 
 _ZERO = {"i": "0", "f": "0.0", "b": "False", "l": "-1", "u": "0"}
+# Names of the columns of masked parts (``_Plan.mask_column``): no input
+# column's name starts with a NUL character.
+MASKED_PREFIX = "\0masked"
+_REGISTER_TYPES = ("BIGINT", "DOUBLE", "BOOLEAN", "UNKNOWN")
+
+
+def _needs_mask(e: A.Expr) -> bool:
+    """Whether ``e`` computes a value of a type the registers do not hold
+    (labels aside: CLASSIFIER and string literals are compared as
+    variable ids)."""
+    for n in e.walk():
+        t = getattr(n, "type", None)
+        if (isinstance(n, A.Expr) and not isinstance(n, (A.Literal, A.Classifier))
+                and t is not None and t.kind not in _REGISTER_TYPES):
+            return True
+    return False
 
 
 class _Gen:
@@ -650,10 +691,32 @@ class _Gen:
 
     # --------------------------------------------------------- expressions
     def expr(self, e: A.Expr, row: Optional[str]) -> tuple:
+        if self.v >= 0 and row in (None, "q"):
+            masked = getattr(self.plan, "mask_column", None)
+            cols = masked(e, self.v) if masked is not None else None
+            if cols is not None:
+                return self.read_masked(*cols)
         method = getattr(self, "_" + type(e).__name__, None)
         if method is None:
             raise _Decline(f"{type(e).__name__} expressions are not compiled")
         return method(e, row)
+
+    def read_masked(self, values: tuple, failed: tuple) -> tuple:
+        """A masked part at the current row: its column's value and NULL
+        flag; where evaluating it raises, the search stops and the
+        partition goes to the reference engine (which raises exactly), as
+        for any error here."""
+        arr, idx, kind = values
+        farr, fidx, _ = failed
+        val, nul = self.tmp()
+        self.emit(f"if {farr}[{fidx}][q] != 0:")
+        self.depth += 1
+        self.fail(2)
+        self.depth -= 1
+        test = " != 0" if kind == "b" else ""
+        self.emit(f"{val} = {arr}[{idx}][q]{test}")
+        self.emit(f"{nul} = not {self.valid(arr, idx)}[q]")
+        return val, nul, kind
 
     def _Literal(self, e: A.Literal, row):
         lt = e.literal_type
@@ -1278,7 +1341,16 @@ def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
     generated code reads them; validity rows are named VI<k>/VF<k>."""
     n = data.table.num_rows
     ints, floats, valid_i, valid_f = [], [], [], []
+    masked = _masked_columns(plan, data)
+    if masked is None:
+        return None, None, None, True
     for name, (arr, idx, kind) in sorted(plan.columns.items(), key=lambda x: (x[1][0], x[1][1])):
+        if name in masked:
+            values, ok = masked[name]
+            (floats if kind == "f" else ints).append(
+                values if kind == "f" else values.astype(np.int64))
+            (valid_f if kind == "f" else valid_i).append(ok)
+            continue
         col = data.table.column(name)
         if pa.types.is_dictionary(col.type):
             col = pc.cast(col, col.type.value_type)
@@ -1310,6 +1382,24 @@ def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
     if not jit:
         icols, fcols, valid = icols.tolist(), fcols.tolist(), valid.tolist()
     return icols, fcols, valid, False
+
+
+def _masked_columns(plan: _Plan, data: SortedInput) -> Optional[dict]:
+    """The columns of the plan's masked parts (``_Plan.mask_column``) over
+    ``data``: name -> (values, validity); a failed column holds 1 where
+    the part raises (its validity all True). None when the data's types
+    differ from the query's schema (the reference engine runs it)."""
+    from ..errors import UnsupportedError
+    from ..predicates import masks
+    out: dict = {}
+    for k, (var, e) in enumerate(plan.masked):
+        try:
+            values, ok, failed = masks.evaluate_values(e, var, plan.query, data)
+        except UnsupportedError:
+            return None
+        out[f"{MASKED_PREFIX}{k}"] = (values, ok)
+        out[f"{MASKED_PREFIX}{k}!"] = (failed, np.ones(len(failed), dtype=np.bool_))
+    return out
 
 
 class _Buffers:

@@ -385,6 +385,61 @@ def compile_masks(query: CheckedQuery) -> MaskSet:
     return MaskSet(query, {v: compile_mask(e, v, query) for v, e in query.defines.items()})
 
 
+#: Result types :func:`evaluate_values` gives, as numpy dtypes.
+VALUE_DTYPES = {"BOOLEAN": np.bool_, "BIGINT": np.int64, "DOUBLE": np.float64}
+
+
+def evaluate_values(expr: A.Expr, defining_var: str, query: CheckedQuery, data: SortedInput,
+                    *, now: Optional[dict] = None) -> tuple:
+    """``(values, valid, failed)`` of a row-local expression at every row.
+
+    ``expr`` is a part of the DEFINE of ``defining_var`` that :func:`supports`
+    accepts, typed BOOLEAN, BIGINT or DOUBLE (``VALUE_DTYPES``): ``values``
+    in that dtype (anything where NULL), ``valid`` False where it is NULL,
+    ``failed`` True where evaluating it at the row raises or cannot be
+    represented exactly (the interpreter must decide those rows). Why: the
+    register machine (engines/registers.py) reads such parts as columns
+    when they involve types its registers do not hold (strings, temporals,
+    decimals): three-valued, so a NULL stays apart from False.
+
+    Raises
+    ------
+    UnsupportedError
+        When the data's column types differ from the query's schema.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> from gpu_mr.analysis import analyze
+    >>> from gpu_mr.frames import sort_for_matching
+    >>> from gpu_mr.syntax import parse_clause
+    >>> t = pa.table({"x": [1, 2, 3], "s": ["a", None, "b"]})
+    >>> q = analyze(parse_clause("ORDER BY x MEASURES COUNT(*) AS n PATTERN (A B) "
+    ...                          "DEFINE B AS s = 'b' AND x > A.x"), t.schema)
+    >>> part = q.defines["B"].left
+    >>> values, valid, failed = evaluate_values(part, "B", q, sort_for_matching(t, (), ()))
+    >>> values.tolist(), valid.tolist(), failed.tolist()
+    ([False, False, True], [True, False, True], [False, False, False])
+    """
+    kind = expr.type.kind if expr.type is not None else "UNKNOWN"
+    if kind not in VALUE_DTYPES:
+        raise ValueError(f"evaluate_values gives {', '.join(VALUE_DTYPES)} values, not {kind}")
+    ctx = _Context(data, now or _default_now())
+    try:
+        with np.errstate(all="ignore"):
+            v = _Eval(ctx, query, defining_var).eval(expr)
+    except _Reject as r:
+        raise UnsupportedError(f"{expr.to_sql()} cannot be evaluated as a column: {r}",
+                               engine=ENGINE, construct=expr.to_sql()) from None
+    n = ctx.n
+    if v.kind == "UNKNOWN":                # a NULL literal, typed by its context
+        return (np.zeros(n, dtype=VALUE_DTYPES[kind]), np.zeros(n, dtype=bool),
+                np.zeros(n, dtype=bool))
+    values = np.asarray(v.values, dtype=VALUE_DTYPES[kind])
+    failed = np.zeros(n, dtype=bool) if v.err is None else v.err != 0
+    return values, np.asarray(v.valid, dtype=bool), failed
+
+
 def evaluate_masks(query: CheckedQuery, data: SortedInput, *, now: Optional[dict] = None) -> tuple:
     """``compile_masks(query).evaluate(data)``: ``(masks, class_ids)``."""
     return compile_masks(query).evaluate(data, now=now)
