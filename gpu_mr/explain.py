@@ -131,7 +131,8 @@ def _cpu_path(query: CheckedQuery) -> list:
         return ["register machine: NFA simulation in preferment order whose threads carry "
                 "registers (last rows, running aggregates) for the DEFINEs that read the "
                 "match so far, compiled per query shape (plain Python for a shape's first "
-                "20,000 rows of small inputs); ranges of partitions on all cores"]
+                "20,000 rows of small inputs); ranges of partitions on all cores"
+                + _masked_parts(query)]
     from .predicates import fused
     masked = [v for v in query.primary_vars if v in query.defines]
     free = [v for v in query.primary_vars if v not in query.defines]
@@ -174,6 +175,16 @@ def _cpu_path(query: CheckedQuery) -> list:
                  f" on {query.time_column}), a per-row horizon computed on the host")
     return [first, scan + "; the DFA is built lazily (beyond its state cap, or where a "
             "DEFINE raises at some row, the reference matcher runs instead)", recovery]
+
+
+def _masked_parts(query: CheckedQuery) -> str:
+    """The register machine's row-local parts read as columns, as text."""
+    from .engines import registers
+    parts = [f"{e.to_sql()} (DEFINE {var})" for var, e in registers.masked_parts(query)]
+    if not parts:
+        return ""
+    return ("; read as columns evaluated once for all rows by vectorised passes, as they "
+            "hold values registers do not (strings, timestamps, decimals): " + ", ".join(parts))
 
 
 def _dfa_summary(query: CheckedQuery, program) -> str:

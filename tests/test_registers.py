@@ -47,7 +47,19 @@ MORE_STATEFUL = [
     "ABS({w}.a - a) <= 1 AND NOT (COUNT(*) > 4)", "COALESCE(BOOL_OR({w}.a = {k}), FALSE) = FALSE",
     "MATCH_NUMBER() + COUNT(*) < 5", "FIRST(CLASSIFIER({w})) = '{w}'",
 ]
-DECLINED = ["COUNT(DISTINCT {w}.a) < 3", "ARRAY_AGG({w}.a) IS NULL", "STDDEV({w}.a) > 1"]
+# Row-local parts reading strings or timestamps beside the match so far: the
+# parts are columns masks.py fills (three-valued, raising where the
+# interpreter does: 10 / LENGTH('') raises, only where it is reached).
+MASKED = [
+    "{v}.s = 'x' AND COUNT(*) > {k}", "s LIKE 'x%' OR {w}.a > a",
+    "PREV(s) = s AND SUM(a) > {k}", "UPPER(s) <> 'Y' AND LAST({w}.a) >= a",
+    "COUNT(*) < {k} AND 10 / LENGTH(s) > 3", "NOT (s IN ('x', 'y')) OR MAX({w}.c) > {k}",
+    "COALESCE(s, 'z') = 'z' AND MATCH_NUMBER() <= {k}", "LENGTH(s) > MIN({w}.a)",
+    "ts > PREV(ts) AND COUNT({w}.*) >= {k}", "ts - PREV(ts) <= INTERVAL '1' SECOND OR {w}.c > c",
+    "CASE WHEN s = 'x' THEN a ELSE {k} END >= AVG({w}.b)", "s IS NULL OR FIRST({w}.a) = a",
+]
+DECLINED = ["COUNT(DISTINCT {w}.a) < 3", "ARRAY_AGG({w}.a) IS NULL", "STDDEV({w}.a) > 1",
+            "{w}.s = s"]
 
 
 @st.composite
@@ -57,7 +69,7 @@ def queries(draw):
     used = [v for v in VARS if v in text.replace("PERMUTE", "")]
     subset = draw(st.lists(st.sampled_from(used), min_size=1, max_size=2, unique=True)) \
         if used else []
-    templates = ROW_LOCAL + STATEFUL + MORE_STATEFUL * 2 + DECLINED
+    templates = ROW_LOCAL + STATEFUL + MORE_STATEFUL * 2 + MASKED + DECLINED
     defines = []
     for v in used:
         if draw(st.integers(0, 3)) > 0:
@@ -90,6 +102,8 @@ def tables(draw):
         "a": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),
         "b": pa.array([draw(small) for _ in range(n)], pa.int64()),
         "c": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),
+        "s": pa.array([draw(st.sampled_from([None, "x", "xy", "y", "", "Y"]))
+                       for _ in range(n)], pa.string()),
     })
 
 
@@ -124,6 +138,66 @@ _SUPPORTED = []
 @given(queries(), tables())
 def test_register_engine_matches_reference(clause, table):
     _SUPPORTED.append(_compare(clause, table))
+
+
+@st.composite
+def masked_queries(draw):
+    """Queries whose first variable's DEFINE has a masked part."""
+    pattern = draw(patterns())
+    text = pattern.to_sql()
+    used = [v for v in VARS if v in text.replace("PERMUTE", "")] or ["A"]
+    if used == ["A"] and "A" not in text:
+        text = f"({text}) A"
+    defines = []
+    for i, v in enumerate(used):
+        t = draw(st.sampled_from(MASKED if i == 0 else MASKED + ROW_LOCAL + STATEFUL))
+        w, k = draw(st.sampled_from(used)), draw(st.integers(0, 3))
+        defines.append(f"{v} AS {t.format(v=v, w=w, k=k)}")
+    skip = draw(st.sampled_from(["PAST LAST ROW", "TO NEXT ROW"] +
+                                [f"TO {fl} {v}" for fl in ("FIRST", "LAST") for v in used]))
+    return (f"PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP {skip} "
+            f"PATTERN ({text}) DEFINE {', '.join(defines)}")
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(masked_queries(), tables())
+def test_masked_parts_match_the_reference_engine(clause, table):
+    assert _compare(clause, table), clause
+
+
+_MASKED_TABLE = pa.table({
+    "p": pa.array([0, 0, 0, 0, 0, 1, 1, 1, 1], pa.int64()),
+    "ts": pa.array(range(9), pa.int64()).cast(pa.timestamp("s")),
+    "a": pa.array([1, 2, 3, 4, 5, 1, 2, 3, 4], pa.int64()),
+    "s": pa.array(["x", None, "", "y", "x", "y", None, "x", "x"], pa.string()),
+})
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("define, outcome", [
+    # NOT of a NULL comparison is NULL, so the row fails unless COUNT decides
+    ("A AS NOT (s = 'x') OR COUNT(*) > 3", "matches"),
+    ("A AS s IS NULL OR NOT (s = 'y')", "matches"),
+    # 10 / LENGTH('') raises where it is reached, and only there
+    ("A AS COUNT(*) >= 1 AND 10 / LENGTH(s) > 3", "error"),
+    ("A AS s IS NULL OR (s <> '' AND 10 / LENGTH(s) > 3)", "matches"),
+    ("A AS 10 / LENGTH(s) > 3 OR TRUE", "error"),
+    # PREV does not cross partitions: NULL at each partition's first row
+    ("A AS PREV(s) IS NULL AND COUNT(*) = 1", "matches"),
+    ("A AS ts > PREV(ts) OR COUNT(*) = 1", "matches"),
+])
+def test_masked_parts_keep_nulls_errors_and_partition_edges(define, outcome, jit):
+    if jit:
+        pytest.importorskip("numba")
+    clause = f"PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A+ B?) DEFINE {define}"
+    q = analyze(parse_clause(clause), _MASKED_TABLE.schema)
+    assert R.supports(q) is None and R._plan(q).masked, clause
+    data = sort_for_matching(_MASKED_TABLE, q.partition_columns, q.order_keys)
+    want = _outcome(lambda: ReferenceEngine().find_matches(q, data))
+    got = _outcome(lambda: R.find_matches(q, data, jit=jit).to_matches())
+    assert got == want, (clause, got, want)
+    assert (want[0] == "error") == (outcome == "error") and want, want
 
 
 def test_a_good_share_of_generated_queries_is_supported():

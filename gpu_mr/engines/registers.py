@@ -35,13 +35,24 @@ interpreter would raise, or a value leaves what the registers hold exactly
 kernel stops and that partition is rerun by the reference engine, which gives
 the exact result or error.
 
+A part of a DEFINE that reads only the current row and its PREV/NEXT but
+computes with values the registers do not hold -- a string, a timestamp, a
+decimal: ``E.type = 'Earthquake'``, ``page LIKE 'cart%'``, ``ts > PREV(ts)``
+-- and yields a boolean, integer or double is not generated: masks.py
+evaluates it once for all rows (exactly, three-valued, with the rows where
+it raises), and the generated code reads that column at the row, stopping
+for the reference engine where a row it reaches raises
+(:meth:`_Plan.mask_column`).
+
 Time limits (WITHIN / INTERVAL): each search stops at its row's horizon
 (gpu_mr/horizons.py), as the DFA scan does.
 Declined (``supports`` says why): matching modes, SKIP TO CURRENT ROW,
 match conditions, DISTINCT and other aggregates, columns other than
-integer/double/boolean, strings except CLASSIFIER compared with literals,
-CLASSIFIER at rows the registers do not keep, ROUND/LN/EXP/POWER and casts
-that go through decimals.
+integer/double/boolean read at rows other than the current one (another
+variable's string, FIRST of a timestamp), strings except CLASSIFIER compared
+with literals outside such row-local parts, CLASSIFIER at rows the
+registers do not keep, ROUND/LN/EXP/POWER and casts that go through
+decimals.
 
 Cost: O(rows scanned x live threads x DEFINE cost) per search, no path
 copies; numba compilation (a few seconds) is paid once per query shape
@@ -131,6 +142,26 @@ def supports(query: CheckedQuery) -> Optional[str]:
     except _Decline as exc:
         return str(exc)
     return None
+
+
+def masked_parts(query: CheckedQuery) -> list:
+    """``(variable, expression)`` of each row-local part of a DEFINE that
+    :func:`find_matches` reads as a column evaluated by masks.py (it holds a
+    string, a timestamp or a decimal); empty when none or when declined.
+
+    >>> import pyarrow as pa
+    >>> from gpu_mr.analysis import analyze
+    >>> from gpu_mr.syntax import parse_clause
+    >>> schema = pa.schema([("t", pa.int64()), ("page", pa.string())])
+    >>> q = analyze(parse_clause("ORDER BY t MEASURES COUNT(*) AS n PATTERN (A+ B) "
+    ...     "DEFINE B AS page = 'd' AND COUNT(A.*) < 3"), schema)
+    >>> [(v, e.to_sql()) for v, e in masked_parts(q)]
+    [('B', "(page = 'd')")]
+    """
+    try:
+        return list(_plan(query).masked)
+    except _Decline:
+        return []
 
 
 def find_matches(query: CheckedQuery, data: SortedInput, *, jit: Optional[bool] = None
