@@ -180,7 +180,7 @@ def _cpu_path(query: CheckedQuery) -> list:
 def _masked_parts(query: CheckedQuery) -> str:
     """The register machine's row-local parts read as columns, as text."""
     from .engines import registers
-    parts = [f"{e.to_sql()} (DEFINE {var})" for var, e in registers.masked_parts(query)]
+    parts = [f"{e.to_sql()} ({where})" for where, e in registers.masked_parts(query)]
     if not parts:
         return ""
     return ("; read as columns evaluated once for all rows by vectorised passes, as they "

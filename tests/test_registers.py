@@ -57,6 +57,10 @@ MASKED = [
     "COALESCE(s, 'z') = 'z' AND MATCH_NUMBER() <= {k}", "LENGTH(s) > MIN({w}.a)",
     "ts > PREV(ts) AND COUNT({w}.*) >= {k}", "ts - PREV(ts) <= INTERVAL '1' SECOND OR {w}.c > c",
     "CASE WHEN s = 'x' THEN a ELSE {k} END >= AVG({w}.b)", "s IS NULL OR FIRST({w}.a) = a",
+    # in aggregates' arguments, at each aggregated row
+    "SUM(CASE WHEN {w}.s = 'x' THEN {w}.a ELSE 0 END) > {k}", "COUNT_IF(s LIKE 'x%') < {k}",
+    "AVG(LENGTH({w}.s)) >= 1", "COUNT_IF(CLASSIFIER() = '{w}' AND s = 'x') < {k}",
+    "SUM(10 / LENGTH({w}.s)) > {k}",
 ]
 DECLINED = ["COUNT(DISTINCT {w}.a) < 3", "ARRAY_AGG({w}.a) IS NULL", "STDDEV({w}.a) > 1",
             "{w}.s = s"]
@@ -186,11 +190,18 @@ _MASKED_TABLE = pa.table({
     # PREV does not cross partitions: NULL at each partition's first row
     ("A AS PREV(s) IS NULL AND COUNT(*) = 1", "matches"),
     ("A AS ts > PREV(ts) OR COUNT(*) = 1", "matches"),
+    # an aggregate's argument: its error raises when the aggregate is read
+    ("A AS COUNT(*) < 3 OR SUM(10 / LENGTH(A.s)) > 0", "error"),
+    # CLASSIFIER() in an argument is each aggregated row's own label
+    ("A AS TRUE, B AS COUNT_IF(CLASSIFIER() = 'A' AND s = 'x') = 1", "matches"),
+    ("A AS SUM(CASE WHEN s = 'x' THEN 1 ELSE 0 END) <= 2", "matches"),
 ])
 def test_masked_parts_keep_nulls_errors_and_partition_edges(define, outcome, jit):
     if jit:
         pytest.importorskip("numba")
-    clause = f"PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A+ B?) DEFINE {define}"
+    clause = f"PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B?) DEFINE {define}"
+    if "B AS" not in define:
+        clause = clause.replace("(A B?)", "(A+ B?)")
     q = analyze(parse_clause(clause), _MASKED_TABLE.schema)
     assert R.supports(q) is None and R._plan(q).masked, clause
     data = sort_for_matching(_MASKED_TABLE, q.partition_columns, q.order_keys)

@@ -145,9 +145,10 @@ def supports(query: CheckedQuery) -> Optional[str]:
 
 
 def masked_parts(query: CheckedQuery) -> list:
-    """``(variable, expression)`` of each row-local part of a DEFINE that
-    :func:`find_matches` reads as a column evaluated by masks.py (it holds a
-    string, a timestamp or a decimal); empty when none or when declined.
+    """``(where, expression)`` of each row-local part of a DEFINE (or of an
+    aggregate's argument there) that :func:`find_matches` reads as a column
+    evaluated by masks.py (it holds a string, a timestamp or a decimal);
+    empty when none or when declined.
 
     >>> import pyarrow as pa
     >>> from gpu_mr.analysis import analyze
@@ -156,10 +157,10 @@ def masked_parts(query: CheckedQuery) -> list:
     >>> q = analyze(parse_clause("ORDER BY t MEASURES COUNT(*) AS n PATTERN (A+ B) "
     ...     "DEFINE B AS page = 'd' AND COUNT(A.*) < 3"), schema)
     >>> [(v, e.to_sql()) for v, e in masked_parts(q)]
-    [('B', "(page = 'd')")]
+    [('DEFINE B', "(page = 'd')")]
     """
     try:
-        return list(_plan(query).masked)
+        return [(where, e) for _, e, where in _plan(query).masked]
     except _Decline:
         return []
 
@@ -311,7 +312,7 @@ class _Plan(ColumnSlots):
         self.const_f: list = []         # doubles
         self.pred_sources: dict = {}
         # row-local parts of the DEFINEs read as columns (see mask_column)
-        self.masked: list = []          # (defining variable, expression)
+        self.masked: list = []          # (variable read, expression, where: text)
         for name in q.primary_vars:
             expr = q.defines.get(name)
             if expr is not None:
@@ -334,8 +335,10 @@ class _Plan(ColumnSlots):
 
     def mask_column(self, e: A.Expr, v: int) -> Optional[tuple]:
         """The column names ``(values, failed)`` of ``e``, a part of the
-        DEFINE of variable ``v`` evaluated at the current row, when it is
-        read as a column rather than generated: it reads only the row and
+        DEFINE of variable ``v`` evaluated at the current row (``v`` < 0: of
+        an aggregate's argument, at the aggregated row: its columns all of
+        one variable, no CLASSIFIER, which varies with the row's label), when
+        it is read as a column rather than generated: it reads only the row and
         its PREV/NEXT, it involves values the registers do not hold (a
         string, a timestamp, a decimal: ``_needs_mask``), it yields one they
         do, and masks.py vectorises it exactly. None otherwise.
@@ -347,11 +350,18 @@ class _Plan(ColumnSlots):
         if (isinstance(e, (A.Literal, A.ColumnRef)) or e.type is None
                 or e.type.kind not in masks.VALUE_DTYPES or not _needs_mask(e)):
             return None
-        var = self.query.primary_vars[v]
+        if v >= 0:
+            var = self.query.primary_vars[v]
+        else:
+            nodes = list(e.walk())
+            quals = {n.var for n in nodes if isinstance(n, A.ColumnRef)} - {None}
+            if len(quals) > 1 or any(isinstance(n, A.Classifier) for n in nodes):
+                return None
+            var = quals.pop() if quals else self.query.primary_vars[0]
         if _history_dependent(e, var) or masks.supports(e, var, self.query) is not None:
             return None
         k = len(self.masked)
-        self.masked.append((var, e))
+        self.masked.append((var, e, f"DEFINE {var}" if v >= 0 else "an aggregate's argument"))
         kind = _kind(e.type)
         return self.column(f"{MASKED_PREFIX}{k}", kind), self.column(f"{MASKED_PREFIX}{k}!", "i")
 
@@ -722,7 +732,7 @@ class _Gen:
 
     # --------------------------------------------------------- expressions
     def expr(self, e: A.Expr, row: Optional[str]) -> tuple:
-        if self.v >= 0 and row in (None, "q"):
+        if row in (None, "q"):
             masked = getattr(self.plan, "mask_column", None)
             cols = masked(e, self.v) if masked is not None else None
             if cols is not None:
@@ -1423,7 +1433,7 @@ def _masked_columns(plan: _Plan, data: SortedInput) -> Optional[dict]:
     from ..errors import UnsupportedError
     from ..predicates import masks
     out: dict = {}
-    for k, (var, e) in enumerate(plan.masked):
+    for k, (var, e, _) in enumerate(plan.masked):
         try:
             values, ok, failed = masks.evaluate_values(e, var, plan.query, data)
         except UnsupportedError:
