@@ -89,9 +89,16 @@ def compare(clause: str, table: pa.Table) -> bool:
 @st.composite
 def timed_tables(draw):
     """tests/test_cpu_engine.py's tables (up to 3 partitions, ties, NULLs)
-    with ``ts`` a timestamp, for the WITHIN clauses queries() may draw."""
+    with ``ts`` a timestamp, for the WITHIN clauses queries() may draw, and
+    the columns ``s`` and ``dur`` its string and interval templates read."""
     table = draw(tables())
-    return table.set_column(1, "ts", table.column("ts").cast(pa.timestamp("s")))
+    table = table.set_column(1, "ts", table.column("ts").cast(pa.timestamp("s")))
+    # the string and interval columns of test_registers.py's templates
+    n = table.num_rows
+    strings = [draw(st.sampled_from([None, "x", "xy", "y", "", "Y"])) for _ in range(n)]
+    durations = [draw(st.one_of(st.none(), st.integers(0, 3))) for _ in range(n)]
+    return (table.append_column("s", pa.array(strings, pa.string()))
+            .append_column("dur", pa.array(durations, pa.int64()).cast(pa.duration("ms"))))
 
 
 _SUPPORTED: list = []

@@ -61,6 +61,14 @@ MASKED = [
     "SUM(CASE WHEN {w}.s = 'x' THEN {w}.a ELSE 0 END) > {k}", "COUNT_IF(s LIKE 'x%') < {k}",
     "AVG(LENGTH({w}.s)) >= 1", "COUNT_IF(CLASSIFIER() = '{w}' AND s = 'x') < {k}",
     "SUM(10 / LENGTH({w}.s)) > {k}",
+    "ts > PREV(ts) AND dur IS NOT NULL AND COUNT(*) > {k}",
+]
+# Timestamps and intervals of other rows, generated as int64 nanoseconds.
+TEMPORAL = [
+    "ts - FIRST(ts) < INTERVAL '3' SECOND", "LAST({w}.ts) + INTERVAL '1' SECOND <= ts",
+    "{w}.ts - ts >= -(INTERVAL '2' SECOND)", "(ts - {w}.ts) * {k} < INTERVAL '4' SECOND",
+    "PREV({w}.ts) < TIMESTAMP '1970-01-01 00:00:03'", "{w}.dur + dur > INTERVAL '0.002' SECOND",
+    "GREATEST({w}.ts, ts - INTERVAL '1' SECOND) = ts", "COALESCE(LAST({w}.dur), dur) <= dur",
 ]
 DECLINED = ["COUNT(DISTINCT {w}.a) < 3", "ARRAY_AGG({w}.a) IS NULL", "STDDEV({w}.a) > 1",
             "{w}.s = s"]
@@ -73,7 +81,7 @@ def queries(draw):
     used = [v for v in VARS if v in text.replace("PERMUTE", "")]
     subset = draw(st.lists(st.sampled_from(used), min_size=1, max_size=2, unique=True)) \
         if used else []
-    templates = ROW_LOCAL + STATEFUL + MORE_STATEFUL * 2 + MASKED + DECLINED
+    templates = ROW_LOCAL + STATEFUL + MORE_STATEFUL * 2 + MASKED + TEMPORAL + DECLINED
     defines = []
     for v in used:
         if draw(st.integers(0, 3)) > 0:
@@ -108,6 +116,8 @@ def tables(draw):
         "c": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),
         "s": pa.array([draw(st.sampled_from([None, "x", "xy", "y", "", "Y"]))
                        for _ in range(n)], pa.string()),
+        "dur": pa.array([draw(st.one_of(st.none(), st.integers(0, 3))) for _ in range(n)],
+                        pa.int64()).cast(pa.duration("ms")),
     })
 
 
@@ -154,7 +164,8 @@ def masked_queries(draw):
         text = f"({text}) A"
     defines = []
     for i, v in enumerate(used):
-        t = draw(st.sampled_from(MASKED if i == 0 else MASKED + ROW_LOCAL + STATEFUL))
+        t = draw(st.sampled_from(MASKED + TEMPORAL if i == 0
+                                 else MASKED + TEMPORAL + ROW_LOCAL + STATEFUL))
         w, k = draw(st.sampled_from(used)), draw(st.integers(0, 3))
         defines.append(f"{v} AS {t.format(v=v, w=w, k=k)}")
     skip = draw(st.sampled_from(["PAST LAST ROW", "TO NEXT ROW"] +
@@ -168,6 +179,29 @@ def masked_queries(draw):
 @given(masked_queries(), tables())
 def test_masked_parts_match_the_reference_engine(clause, table):
     assert _compare(clause, table), clause
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_timestamps_beyond_int64_nanoseconds_go_to_the_reference_engine(jit):
+    # a sum past int64 nanoseconds in the kernel, and a column in seconds that
+    # no int64 holds in nanoseconds: both exact, as the reference engine is
+    late = [np.datetime64("2262-04-10T00:00:00", "s"), np.datetime64("2262-04-11T00:00:00", "s")]
+    far = [np.datetime64("3000-01-01T00:00:00", "s"), np.datetime64("3000-01-02T00:00:00", "s")]
+    for stamps in (late, far):
+        table = pa.table({"ts": pa.array(np.array(stamps, dtype="datetime64[s]"))})
+        clause = ("ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B) "
+                  "DEFINE B AS A.ts + INTERVAL '10' DAY > ts")
+        q = analyze(parse_clause(clause), table.schema)
+        assert R.supports(q) is None and not R._plan(q).masked
+        data = sort_for_matching(table, q.partition_columns, q.order_keys)
+        want = ReferenceEngine().find_matches(q, data)
+        if jit:
+            pytest.importorskip("numba")
+        got = R.find_matches(q, data, jit=jit)        # a list where the reference ran
+        got = got.to_matches() if hasattr(got, "to_matches") else got
+        assert got == want and len(want) == 1
+        import gpu_mr
+        assert gpu_mr.match_recognize(table, clause, engine="cpu").num_rows == 1
 
 
 _MASKED_TABLE = pa.table({
@@ -189,7 +223,7 @@ _MASKED_TABLE = pa.table({
     ("A AS 10 / LENGTH(s) > 3 OR TRUE", "error"),
     # PREV does not cross partitions: NULL at each partition's first row
     ("A AS PREV(s) IS NULL AND COUNT(*) = 1", "matches"),
-    ("A AS ts > PREV(ts) OR COUNT(*) = 1", "matches"),
+    ("A AS CAST(ts AS DATE) = CAST(PREV(ts) AS DATE) OR COUNT(*) = 1", "matches"),
     # an aggregate's argument: its error raises when the aggregate is read
     ("A AS COUNT(*) < 3 OR SUM(10 / LENGTH(A.s)) > 0", "error"),
     # CLASSIFIER() in an argument is each aggregated row's own label

@@ -81,7 +81,8 @@ def timed_clauses(draw):
 @st.composite
 def clocked_tables(draw, max_rows: int = 40):
     """Random rows with a TIMESTAMP clock: seconds apart or less (ties),
-    some NULL, in up to three partitions."""
+    some NULL, in up to three partitions (and a string and an interval
+    column for test_registers.py's templates)."""
     n = draw(st.integers(0, max_rows))
     small = st.one_of(st.none(), st.integers(0, 3)) if draw(st.booleans()) else st.integers(0, 3)
     parts = draw(st.integers(1, 3))
@@ -96,6 +97,11 @@ def clocked_tables(draw, max_rows: int = 40):
         "a": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),
         "b": pa.array([draw(small) for _ in range(n)], pa.int64()),
         "c": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),
+        # what test_registers.py's string and interval templates read
+        "s": pa.array([draw(st.sampled_from([None, "x", "y", ""])) for _ in range(n)],
+                      pa.string()),
+        "dur": pa.array([draw(st.one_of(st.none(), st.integers(0, 3))) for _ in range(n)],
+                        pa.int64()).cast(pa.duration("ms")),
     })
 
 

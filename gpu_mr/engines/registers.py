@@ -46,13 +46,19 @@ for the reference engine where a row it reaches raises
 
 Time limits (WITHIN / INTERVAL): each search stops at its row's horizon
 (gpu_mr/horizons.py), as the DFA scan does.
+Timestamps without a time zone and day-to-second intervals are int64
+nanoseconds, as the interpreter's values are (``B.ts - A.ts <= INTERVAL '5'
+MINUTE``, ``LAST(A.ts) + INTERVAL '1' SECOND < ts``): columns are scaled to
+nanoseconds as they are loaded, and a column or a sum beyond int64 goes to
+the reference engine, whose integers are unbounded.
+
 Declined (``supports`` says why): matching modes, SKIP TO CURRENT ROW,
-match conditions, DISTINCT and other aggregates, columns other than
-integer/double/boolean read at rows other than the current one (another
-variable's string, FIRST of a timestamp), strings except CLASSIFIER compared
-with literals outside such row-local parts, CLASSIFIER at rows the
-registers do not keep, ROUND/LN/EXP/POWER and casts that go through
-decimals.
+match conditions, DISTINCT and other aggregates, strings, decimals, dates
+and zoned timestamps read at rows other than the current one (another
+variable's string, FIRST of a date), strings except CLASSIFIER compared
+with literals outside row-local parts, CLASSIFIER at rows the registers do
+not keep, ROUND/LN/EXP/POWER, casts that go through decimals, and interval
+arithmetic through doubles (an interval divided, or times a double).
 
 Cost: O(rows scanned x live threads x DEFINE cost) per search, no path
 copies; numba compilation (a few seconds) is paid once per query shape
@@ -633,8 +639,17 @@ def _agg_update(agg: _Agg, v: int) -> list:
 
 # =========================================================== code generation
 
-def _kind(t: T.SqlType) -> str:
+def _kind(t: T.SqlType, temporal: bool = False) -> str:
+    """The generated code's kind of SQL type ``t``: i (int64), f (double), b
+    (bool), l (a label: a variable id), u (NULL); with ``temporal`` also t
+    (a TIMESTAMP without time zone) and d (an INTERVAL DAY TO SECOND), both
+    int64 nanoseconds as the interpreter holds them (the register machine's
+    plans: kernels of the row passes read columns in place, in their unit)."""
     k = t.kind
+    if temporal and k == "TIMESTAMP" and t.tz is None:
+        return "t"
+    if temporal and k == "INTERVAL":
+        return "d"
     if k == "BIGINT":
         return "i"
     if k == "DOUBLE":
@@ -648,7 +663,14 @@ def _kind(t: T.SqlType) -> str:
     raise _Decline(f"{t} values are not held in registers")
 
 
-_ZERO = {"i": "0", "f": "0.0", "b": "False", "l": "-1", "u": "0"}
+_ZERO = {"i": "0", "f": "0.0", "b": "False", "l": "-1", "u": "0", "t": "0", "d": "0"}
+# Kinds compared as they are (int64, double, bool; nanoseconds for t and d).
+_ORDERED = ("i", "f", "b", "t", "d")
+# (left kind, operator, right kind) of the timestamp and interval arithmetic
+# generated: exact integer nanoseconds in the interpreter too (an interval
+# times a double, or divided, goes through a double there: not generated).
+_TEMPORAL_OPS = {("t", "+", "d"), ("d", "+", "t"), ("t", "-", "d"), ("t", "-", "t"),
+                 ("d", "+", "d"), ("d", "-", "d"), ("d", "*", "i"), ("i", "*", "d")}
 # Names of the columns of masked parts (``_Plan.mask_column``): no input
 # column's name starts with a NUL character.
 MASKED_PREFIX = "\0masked"
@@ -658,11 +680,13 @@ _REGISTER_TYPES = ("BIGINT", "DOUBLE", "BOOLEAN", "UNKNOWN")
 def _needs_mask(e: A.Expr) -> bool:
     """Whether ``e`` computes a value of a type the registers do not hold
     (labels aside: CLASSIFIER and string literals are compared as
-    variable ids)."""
+    variable ids; timestamps without a time zone and day-to-second
+    intervals are generated as nanoseconds)."""
     for n in e.walk():
         t = getattr(n, "type", None)
         if (isinstance(n, A.Expr) and not isinstance(n, (A.Literal, A.Classifier))
-                and t is not None and t.kind not in _REGISTER_TYPES):
+                and t is not None and t.kind not in _REGISTER_TYPES
+                and not (t.kind == "INTERVAL" or t.kind == "TIMESTAMP" and t.tz is None)):
             return True
     return False
 
@@ -683,6 +707,12 @@ class _Gen:
         self.n = 0
         self.err_stmt = "return {code}"
         self.strings: dict = {}
+        # timestamps and intervals only where the columns are loaded as
+        # nanoseconds (_load_columns), not in the row passes' plans
+        self.temporal = isinstance(plan, _Plan)
+
+    def kind(self, t: T.SqlType) -> str:
+        return _kind(t, self.temporal)
 
     # ----------------------------------------------------------- plumbing
     def emit(self, line: str) -> None:
@@ -708,7 +738,7 @@ class _Gen:
 
     def argument(self, e: A.Expr, fn: str) -> str:
         self.v = -1
-        kind = _kind(e.type)
+        kind = self.kind(e.type)
         self.err_stmt = "return {code}, " + _ZERO[kind] + ", True"
         val, nul, k2 = self.expr(e, "q")
         if k2 == "u":
@@ -773,6 +803,10 @@ class _Gen:
             return f"({self.constant('i', 1 if e.value else 0)} != 0)", "False", "b"
         if lt == "varchar":
             return self.constant("i", self.label_id(e.value)), "False", "l"
+        if lt in ("timestamp", "interval") and self.temporal:
+            if not K.INT64_MIN <= e.value <= K.INT64_MAX:
+                raise _Decline(f"a {lt} literal beyond 64-bit nanoseconds")
+            return self.constant("i", int(e.value)), "False", self.kind(e.type)
         raise _Decline(f"{lt} literals are not compiled")
 
     def constant(self, kind: str, value) -> str:
@@ -793,9 +827,13 @@ class _Gen:
         return -2 - self.strings.setdefault(text, len(self.strings))
 
     def _ColumnRef(self, e: A.ColumnRef, row):
-        kind = _kind(e.type)
+        kind = self.kind(e.type)
         if kind in ("l", "u"):
             raise _Decline(f"{e.type} columns are not held in registers")
+        if kind in ("t", "d"):
+            arrow = self.plan.query.input_schema.field(e.resolved).type
+            if not (pa.types.is_timestamp(arrow) if kind == "t" else pa.types.is_duration(arrow)):
+                raise _Decline(f"{e.type} values of an Arrow {arrow} column")
         arr, idx, _ = self.plan.column(e.resolved, kind)
         r = row if row is not None else self.last_row(e.var)
         val, nul = self.tmp()
@@ -892,7 +930,7 @@ class _Gen:
         has_classifier = any(isinstance(n, A.Classifier) for n in inner.walk())
         if has_classifier:
             return self.nav_classifier(e, inner)
-        kind = _kind(e.type)
+        kind = self.kind(e.type)
         r, _ = self.nav_row(e)
         val, nul = self.tmp()
         self.emit(f"if {r} < 0:")
@@ -966,7 +1004,7 @@ class _Gen:
         agg = L.aggs.get(e)
         if agg is None:
             arg = e.args[0]
-            akind = _kind(arg.type)
+            akind = self.kind(arg.type)
             name = e.name
             if name in ("SUM", "AVG", "MIN", "MAX") and akind not in ("i", "f", "u"):
                 raise _Decline(f"{name} over {arg.type}")
@@ -995,7 +1033,7 @@ class _Gen:
             if akind != "u":
                 self.plan.arg_sources.append(_Gen(self.plan, -1).argument(arg, fn))
             L.aggs[e] = agg
-        kind = _kind(e.type)
+        kind = self.kind(e.type)
         self.emit(f"if R[di, {agg.err}] != 0:")
         self.emit(f"    return R[di, {agg.err}]")
         n = f"R[di, {agg.n}]"
@@ -1055,7 +1093,7 @@ class _Gen:
             self.emit(f"{val} = -{v}")
             self.emit(f"{nul} = {n}")
             return val, nul, k
-        if k != "i":
+        if k not in ("i", "d"):
             raise _Decline("unary minus of a non-number")
         self.emit(f"{nul} = {n}")
         self.emit(f"{val} = 0")
@@ -1063,7 +1101,7 @@ class _Gen:
         self.emit(f"    {val}, ok = neg_i64({v})")
         self.emit("    if not ok:")
         self.depth += 2
-        self.fail(2)
+        self.fail(2 if k == "i" else 3)      # an interval's integer is unbounded there
         self.depth -= 2
         return val, nul, k
 
@@ -1076,7 +1114,7 @@ class _Gen:
             return self.compare(e.op, lv, ln, lk, rv, rn, rk)
         if e.op == "||":
             raise _Decline("string concatenation")
-        kind = _kind(e.type)
+        kind = self.kind(e.type)
         if lk == "u" or rk == "u":
             return _ZERO[kind], "True", kind if kind != "l" else "u"
         val, nul = self.null_guard(ln, rn, _ZERO[kind])
@@ -1097,6 +1135,15 @@ class _Gen:
             self.emit("if not ok:")
             self.depth += 1
             self.fail(2)
+            self.depth -= 1
+        elif kind in ("t", "d") and (lk, e.op, rk) in _TEMPORAL_OPS:
+            # nanoseconds, exact: the interpreter's integers are unbounded,
+            # so a result beyond int64 goes to the reference engine
+            fn = {"+": "add_i64", "-": "sub_i64", "*": "mul_i64"}[e.op]
+            self.emit(f"{val}, ok = {fn}({lv}, {rv})")
+            self.emit("if not ok:")
+            self.depth += 1
+            self.fail(3)
             self.depth -= 1
         else:
             raise _Decline(f"{e.type} arithmetic")
@@ -1151,7 +1198,7 @@ class _Gen:
         if lk == "u" or rk == "u":
             return "False", "True", "b"
         val, nul = self.null_guard(ln, rn, "False")
-        if lk == rk and lk in ("i", "f", "b"):
+        if lk == rk and lk in _ORDERED:
             self.emit(f"{val} = {lv} {_PY_CMP[op]} {rv}")
         elif lk == rk == "l":
             if op not in ("=", "<>"):
@@ -1240,7 +1287,7 @@ class _Gen:
         raise _Decline(f"values of kinds {k} and {kind} mixed")
 
     def _Case(self, e: A.Case, row):
-        kind = _kind(e.type)
+        kind = self.kind(e.type)
         val, nul = self.tmp()
         self.emit(f"{val} = {_ZERO[kind]}")
         self.emit(f"{nul} = True")
@@ -1274,7 +1321,7 @@ class _Gen:
 
     def _Cast(self, e: A.Cast, row):
         v, n, k = self.expr(e.operand, row)
-        dst = _kind(e.target)
+        dst = self.kind(e.target)
         if k == "u":
             return _ZERO[dst], "True", dst
         if k == dst and dst in ("i", "f", "b"):
@@ -1292,7 +1339,7 @@ class _Gen:
 
     def _Call(self, e: A.Call, row):
         name = e.name
-        kind = _kind(e.type)
+        kind = self.kind(e.type)
         if name in ("ROUND", "LN", "LOG10", "EXP", "POWER", "POW"):
             raise _Decline(f"{name} is evaluated through decimals or the C library")
         args = [self.expr(a, row) for a in e.args]
@@ -1357,7 +1404,7 @@ class _Gen:
 
     def binary_of(self, e: A.Binary, args):
         (lv, ln, lk), (rv, rn, rk) = args
-        kind = _kind(e.type)
+        kind = self.kind(e.type)
         val, nul = self.null_guard(ln, rn, _ZERO[kind])
         if kind == "f":
             a = f"float({lv})" if lk == "i" else lv
@@ -1408,6 +1455,12 @@ def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
                                 dtype=np.int64)
             ints.append(values)
             valid_i.append(ok)
+        elif kind in ("t", "d"):
+            values = _nanoseconds(col, kind)
+            if values is None:
+                return None, None, None, True
+            ints.append(values)
+            valid_i.append(ok)
         else:
             if pa.types.is_unsigned_integer(col.type) and len(col) and \
                     pc.max(col).as_py() is not None and pc.max(col).as_py() > K.INT64_MAX:
@@ -1423,6 +1476,25 @@ def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
     if not jit:
         icols, fcols, valid = icols.tolist(), fcols.tolist(), valid.tolist()
     return icols, fcols, valid, False
+
+
+def _nanoseconds(col: pa.Array, kind: str) -> Optional[np.ndarray]:
+    """A timestamp (``kind`` t, no time zone) or duration (d) column as
+    int64 nanoseconds, NULLs as 0, as the interpreter holds its values;
+    None when the column is of another type or a value is beyond int64
+    nanoseconds (about the years 1677-2262): the reference engine runs it."""
+    t = col.type
+    if not (pa.types.is_timestamp(t) and t.tz is None if kind == "t"
+            else pa.types.is_duration(t)):
+        return None
+    raw = np.asarray(pc.fill_null(col.cast(pa.int64()), 0).to_numpy(zero_copy_only=False),
+                     dtype=np.int64)
+    scale = T.NS_PER[t.unit]
+    if scale == 1:
+        return raw
+    if len(raw) and max(-int(raw.min()), int(raw.max())) > K.INT64_MAX // scale:
+        return None
+    return raw * scale
 
 
 def _masked_columns(plan: _Plan, data: SortedInput) -> Optional[dict]:
