@@ -184,6 +184,8 @@ def compile(clause: str, schema: Optional[pa.Schema] = None) -> CompiledQuery:
         start, end = span
     if schema is not None and not isinstance(schema, pa.Schema):
         schema = frames.to_arrow(schema)[0].schema
+    elif schema is not None:
+        schema = frames.plain_schema(schema)      # views read as the offset layouts
     parsed = parse_clause(text, start, end)
     query = analyze(parsed, schema)
     return CompiledQuery(text[start:end], query, schema_known=schema is not None)

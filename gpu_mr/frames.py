@@ -109,7 +109,93 @@ def to_arrow(table: object) -> tuple[pa.Table, str]:
     _check_unique_names(out.column_names)
     if out.schema.metadata:
         out = out.replace_schema_metadata(None)
-    return out, kind
+    return plain_views(out), kind
+
+
+def _plain_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with Arrow's view layouts replaced by the offset layouts
+    (string_view -> string, binary_view -> binary, list_view -> list), at
+    any depth; ``t`` itself when it holds none."""
+    if _is(t, "is_string_view"):
+        return pa.string()
+    if _is(t, "is_binary_view"):
+        return pa.binary()
+    if _is(t, "is_list_view") or _is(t, "is_large_list_view") or pa.types.is_list(t) \
+            or pa.types.is_large_list(t):
+        inner = _plain_type(t.value_type)
+        large = _is(t, "is_large_list_view") or pa.types.is_large_list(t)
+        if inner == t.value_type and not (_is(t, "is_list_view") or _is(t, "is_large_list_view")):
+            return t
+        return pa.large_list(inner) if large else pa.list_(inner)
+    return t
+
+
+def _is(t: pa.DataType, test: str) -> bool:
+    fn = getattr(pa.types, test, None)          # view types came in pyarrow 16
+    return bool(fn is not None and fn(t))
+
+
+def plain_views(table: pa.Table) -> pa.Table:
+    """``table`` with columns of Arrow's view layouts (``string_view``,
+    ``binary_view``, ``list_view``: what Polars and DuckDB hand out) cast
+    to the offset layouts (``string``, or ``large_string`` past 2 GiB of
+    text in a chunk; ``binary``; ``list``), the table itself when it has
+    none. Why: pyarrow's compute kernels (take, sort, comparisons) do not
+    all accept views, and every stage of gpu_mr reads the offset layout;
+    results hold the offset types.
+
+    >>> t = pa.table({"s": pa.array(["a", "b"], pa.string_view())})
+    >>> plain_views(t).schema.field("s").type
+    DataType(string)
+    """
+    plain = [_plain_type(f.type) for f in table.schema]
+    if all(p == f.type for p, f in zip(plain, table.schema)):
+        return table
+    columns = []
+    for col, field, want in zip(table.columns, table.schema, plain):
+        if want != field.type:
+            chunks = [_plain_array(c, want) for c in col.chunks]
+            if len({c.type for c in chunks}) > 1:   # some needed 64-bit offsets: all take them
+                chunks = [c.cast(_large(want)) for c in chunks]
+            col = pa.chunked_array(chunks, chunks[0].type if chunks else want)
+        columns.append(col)
+    return pa.Table.from_arrays(columns, names=table.column_names)
+
+
+def _plain_array(arr: pa.Array, want: pa.DataType) -> pa.Array:
+    """One chunk in the plain layout ``want`` (64-bit offsets when 32 do
+    not hold it). A list view is rebuilt from its values in order and its
+    lengths: pyarrow's cast of one holding NULLs gives an invalid array."""
+    if _is(arr.type, "is_list_view") or _is(arr.type, "is_large_list_view"):
+        lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
+        offsets = np.zeros(len(arr) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = pc.list_flatten(arr)
+        values = plain_views(pa.table({"v": values})).column("v").combine_chunks()
+        large = pa.types.is_large_list(want) or offsets[-1] > np.iinfo(np.int32).max
+        build = pa.LargeListArray if large else pa.ListArray
+        return build.from_arrays(pa.array(offsets, pa.int64() if large else pa.int32()),
+                                 values, mask=arr.is_null())
+    try:
+        return arr.cast(want)
+    except (pa.ArrowInvalid, pa.ArrowCapacityError):
+        # more than 2 GiB of text or bytes in a chunk: 64-bit offsets
+        return arr.cast(_large(want))
+
+
+def plain_schema(schema: pa.Schema) -> pa.Schema:
+    """``schema`` as :func:`plain_views` makes its table's."""
+    return pa.schema([f.with_type(_plain_type(f.type)) for f in schema])
+
+
+def _large(t: pa.DataType) -> pa.DataType:
+    if t == pa.string():
+        return pa.large_string()
+    if t == pa.binary():
+        return pa.large_binary()
+    if pa.types.is_list(t):
+        return pa.large_list(_large(t.value_type))
+    return t
 
 
 def _check_unique_names(names: Sequence[str]) -> None:
