@@ -583,6 +583,9 @@ def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray
         if partition_of is not None and field.name in partition_columns:
             arr = _partition_values(data, field.name, partition_of, spans is not None)
             if arr is not None:
+                if pa.types.is_dictionary(field.type) and not pa.types.is_dictionary(arr.type):
+                    # decoded by _take_sorted; Arrow casts strings back, not numbers
+                    arr = arr.dictionary_encode().cast(field.type)
                 arrays.append(arr)
                 continue
         src = _fixed_chunks(data.table.column(field.name))

@@ -767,3 +767,21 @@ def test_rows_valid_is_remembered_per_array():
     known[id(fine)] = (rows, True)
     assert measures._rows_valid(fine, known) is None
     assert measures._rows_valid(rows, None).tolist() == [1, 0, 1]
+
+
+@pytest.mark.parametrize("engine", ["reference", "cpu"])
+@pytest.mark.parametrize("rows", ["ONE ROW PER MATCH", "ALL ROWS PER MATCH"])
+def test_a_dictionary_of_numbers_partition_key_keeps_its_type(engine, rows):
+    # a pandas categorical of integers: the key, read once per partition,
+    # came back as int64 and Arrow cannot cast int64 to a dictionary
+    import gpu_mr
+    keys = pa.array([1, 1, 1, 2, 2, 2, None]).dictionary_encode().cast(
+        pa.dictionary(pa.int8(), pa.int64()))
+    t = pa.table({"k": keys, "ts": [1, 2, 3, 1, 2, 3, 1],
+                  "price": [3.0, 2.0, 4.0, 5.0, 4.0, 6.0, 1.0]})
+    got = gpu_mr.match_recognize(
+        t, f"PARTITION BY k ORDER BY ts MEASURES FIRST(A.ts) AS s {rows} "
+           "PATTERN (A B+ C) DEFINE B AS price < PREV(price), C AS price > PREV(price)",
+        engine=engine)
+    assert got.schema.field("k").type == keys.type
+    assert got.column("k").to_pylist() == ([1, 2] if rows.startswith("ONE") else [1] * 3 + [2] * 3)
