@@ -63,6 +63,12 @@ MASKED = [
     "SUM(10 / LENGTH({w}.s)) > {k}",
     "ts > PREV(ts) AND dur IS NOT NULL AND COUNT(*) > {k}",
 ]
+# Strings of other rows, generated as codes that order as the strings do.
+STRINGS = [
+    "{w}.s = s", "LAST({w}.s) <> s", "{w}.s < 'xy'", "FIRST(s) >= {w}.s",
+    "{w}.s IN ('x', 'Y', 'zz')", "PREV({w}.s) = s OR {w}.s IS NULL", "NULLIF({w}.s, 'x') IS NULL",
+    "{w}.s BETWEEN 'Y' AND 'y'", "COUNT({w}.s) > {k} AND {w}.s <> s", "'é' > LAST({w}.s, 1)",
+]
 # Timestamps and intervals of other rows, generated as int64 nanoseconds.
 TEMPORAL = [
     "ts - FIRST(ts) < INTERVAL '3' SECOND", "LAST({w}.ts) + INTERVAL '1' SECOND <= ts",
@@ -71,7 +77,7 @@ TEMPORAL = [
     "GREATEST({w}.ts, ts - INTERVAL '1' SECOND) = ts", "COALESCE(LAST({w}.dur), dur) <= dur",
 ]
 DECLINED = ["COUNT(DISTINCT {w}.a) < 3", "ARRAY_AGG({w}.a) IS NULL", "STDDEV({w}.a) > 1",
-            "{w}.s = s"]
+            "COALESCE({w}.s, 'x') = s"]
 
 
 @st.composite
@@ -81,7 +87,8 @@ def queries(draw):
     used = [v for v in VARS if v in text.replace("PERMUTE", "")]
     subset = draw(st.lists(st.sampled_from(used), min_size=1, max_size=2, unique=True)) \
         if used else []
-    templates = ROW_LOCAL + STATEFUL + MORE_STATEFUL * 2 + MASKED + TEMPORAL + DECLINED
+    templates = (ROW_LOCAL + STATEFUL + MORE_STATEFUL * 2 + MASKED + TEMPORAL + STRINGS
+                 + DECLINED)
     defines = []
     for v in used:
         if draw(st.integers(0, 3)) > 0:
@@ -114,7 +121,7 @@ def tables(draw):
         "a": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),
         "b": pa.array([draw(small) for _ in range(n)], pa.int64()),
         "c": pa.array([draw(st.integers(0, 3)) for _ in range(n)], pa.int64()),
-        "s": pa.array([draw(st.sampled_from([None, "x", "xy", "y", "", "Y"]))
+        "s": pa.array([draw(st.sampled_from([None, "x", "xy", "y", "", "Y", "é"]))
                        for _ in range(n)], pa.string()),
         "dur": pa.array([draw(st.one_of(st.none(), st.integers(0, 3))) for _ in range(n)],
                         pa.int64()).cast(pa.duration("ms")),
@@ -155,8 +162,9 @@ def test_register_engine_matches_reference(clause, table):
 
 
 @st.composite
-def masked_queries(draw):
-    """Queries whose first variable's DEFINE has a masked part."""
+def other_types_queries(draw):
+    """Queries whose first variable's DEFINE has a masked part, or reads a
+    string, a timestamp or an interval of another row."""
     pattern = draw(patterns())
     text = pattern.to_sql()
     used = [v for v in VARS if v in text.replace("PERMUTE", "")] or ["A"]
@@ -164,8 +172,8 @@ def masked_queries(draw):
         text = f"({text}) A"
     defines = []
     for i, v in enumerate(used):
-        t = draw(st.sampled_from(MASKED + TEMPORAL if i == 0
-                                 else MASKED + TEMPORAL + ROW_LOCAL + STATEFUL))
+        t = draw(st.sampled_from(MASKED + TEMPORAL + STRINGS if i == 0
+                                 else MASKED + TEMPORAL + STRINGS + ROW_LOCAL + STATEFUL))
         w, k = draw(st.sampled_from(used)), draw(st.integers(0, 3))
         defines.append(f"{v} AS {t.format(v=v, w=w, k=k)}")
     skip = draw(st.sampled_from(["PAST LAST ROW", "TO NEXT ROW"] +
@@ -176,8 +184,8 @@ def masked_queries(draw):
 
 @settings(max_examples=EXAMPLES * 2, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(masked_queries(), tables())
-def test_masked_parts_match_the_reference_engine(clause, table):
+@given(other_types_queries(), tables())
+def test_strings_timestamps_and_masked_parts_match_the_reference_engine(clause, table):
     assert _compare(clause, table), clause
 
 
@@ -202,6 +210,36 @@ def test_timestamps_beyond_int64_nanoseconds_go_to_the_reference_engine(jit):
         assert got == want and len(want) == 1
         import gpu_mr
         assert gpu_mr.match_recognize(table, clause, engine="cpu").num_rows == 1
+
+
+_STRING_TABLE = pa.table({
+    "p": pa.array([0] * 8 + [1] * 4, pa.int64()),
+    "ts": pa.array(range(12), pa.int64()),
+    # first seen in an order other than the sorted one, with code points past ASCII
+    "u": pa.array(["m", "c", "x", "c", None, "é", "b", "m", "x", "m", "zz", "n"]),
+})
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("define", [
+    "B AS B.u > A.u",                           # ordering of two rows' strings
+    "B AS B.u <= LAST(A.u) AND B.u <> A.u",
+    "B AS A.u < 'd' AND B.u >= 'n'",            # literals absent from the data
+    "B AS A.u = 'm' OR B.u = 'é'",              # ... and present
+    "B AS A.u = 'l' OR B.u < A.u",              # equal to no value, just below 'm'
+    "B AS B.u BETWEEN A.u AND 'y' AND A.u IN ('c', 'zz', 'q')",
+])
+def test_strings_of_other_rows_compare_as_strings(define, jit):
+    if jit:
+        pytest.importorskip("numba")
+    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n "
+              f"AFTER MATCH SKIP TO NEXT ROW PATTERN (A B+) DEFINE {define}")
+    q = analyze(parse_clause(clause), _STRING_TABLE.schema)
+    assert R.supports(q) is None, clause
+    data = sort_for_matching(_STRING_TABLE, q.partition_columns, q.order_keys)
+    want = _outcome(lambda: ReferenceEngine().find_matches(q, data))
+    assert want and want[0] != "error"
+    assert _outcome(lambda: R.find_matches(q, data, jit=jit).to_matches()) == want, clause
 
 
 _MASKED_TABLE = pa.table({
@@ -264,7 +302,7 @@ def _query(clause: str, schema=None):
 @pytest.mark.parametrize("define, reason", [
     ("B AS COUNT(DISTINCT B.a) < 3", "DISTINCT"),
     ("B AS ARRAY_AGG(B.a) IS NULL", "ARRAY_AGG"),
-    ("B AS B.s = A.s", "VARCHAR"),
+    ("B AS A.s = CLASSIFIER()", "CLASSIFIER"),
     ("B AS ROUND(B.x) > A.x", "ROUND"),
     ("B AS FIRST(CLASSIFIER(), 1) = 'A'", "CLASSIFIER"),
 ])

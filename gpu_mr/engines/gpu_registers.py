@@ -100,11 +100,11 @@ def find_matches_on_device(backend: B.Backend, query: CheckedQuery, data: Sorted
     n_parts = data.num_partitions
     if data.table.num_rows == 0:
         return MatchArrays.empty()
-    icols, fcols, valid, fallback = R._load_columns(plan, data, True)
+    icols, fcols, valid, fallback, codes = R._load_columns(plan, data, True)
     if fallback:
         return MatchArrays.from_matches(R._reference(query, data, range(n_parts)))
     d = backend.to_device
-    ci, cf = plan.constants(True)
+    ci, cf = plan.constants(True, codes)
     horizon, timed = np.zeros(1, dtype=np.int64), np.bool_(False)
     if query.time_limit is not None:    # per-row horizons from the host, read on the device
         from ..horizons import row_horizons

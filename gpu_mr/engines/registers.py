@@ -46,6 +46,14 @@ for the reference engine where a row it reaches raises
 
 Time limits (WITHIN / INTERVAL): each search stops at its row's horizon
 (gpu_mr/horizons.py), as the DFA scan does.
+Strings read at other rows (``B.user = A.user``, ``LAST(A.side) = 'buy'``)
+are codes: ``2 * rank + 1`` among the distinct values of every string column
+so read, by code point, a literal compared with them ``2 * rank + 1`` or,
+absent, twice the count of values below it (``_string_codes``, per input:
+the literal's code fills its constant slot), so ``=`` and ``<`` on codes are
+``=`` and ``<`` on the strings. Other uses of them (functions, CASE, a
+comparison with CLASSIFIER) are declined.
+
 Timestamps without a time zone and day-to-second intervals are int64
 nanoseconds, as the interpreter's values are (``B.ts - A.ts <= INTERVAL '5'
 MINUTE``, ``LAST(A.ts) + INTERVAL '1' SECOND < ts``): columns are scaled to
@@ -53,11 +61,10 @@ nanoseconds as they are loaded, and a column or a sum beyond int64 goes to
 the reference engine, whose integers are unbounded.
 
 Declined (``supports`` says why): matching modes, SKIP TO CURRENT ROW,
-match conditions, DISTINCT and other aggregates, strings, decimals, dates
-and zoned timestamps read at rows other than the current one (another
-variable's string, FIRST of a date), strings except CLASSIFIER compared
-with literals outside row-local parts, CLASSIFIER at rows the registers do
-not keep, ROUND/LN/EXP/POWER, casts that go through decimals, and interval
+match conditions, DISTINCT and other aggregates, decimals, dates and zoned
+timestamps read at rows other than the current one (FIRST of a date),
+strings of other rows other than compared, CLASSIFIER at rows the
+registers do not keep, ROUND/LN/EXP/POWER, casts that go through decimals, and interval
 arithmetic through doubles (an interval divided, or times a double).
 
 Cost: O(rows scanned x live threads x DEFINE cost) per search, no path
@@ -183,10 +190,10 @@ def find_matches(query: CheckedQuery, data: SortedInput, *, jit: Optional[bool] 
     if jit is None:
         jit = _use_jit(plan.source, n)
     kernel = plan.kernel(jit)
-    icols, fcols, valid, fallback = _load_columns(plan, data, jit)
+    icols, fcols, valid, fallback, codes = _load_columns(plan, data, jit)
     if fallback:
         return _reference(query, data, range(data.num_partitions))
-    return _drive(plan, kernel, query, data, icols, fcols, valid, jit)
+    return _drive(plan, kernel, query, data, icols, fcols, valid, jit, codes)
 
 
 def _use_jit(source: str, n: int) -> bool:
@@ -319,6 +326,9 @@ class _Plan(ColumnSlots):
         self.pred_sources: dict = {}
         # row-local parts of the DEFINEs read as columns (see mask_column)
         self.masked: list = []          # (variable read, expression, where: text)
+        # string literals compared with string columns: (ci slot, text), the
+        # slot filled with the literal's code per input (_string_codes)
+        self.string_literals: list = []
         for name in q.primary_vars:
             expr = q.defines.get(name)
             if expr is not None:
@@ -415,11 +425,15 @@ class _Plan(ColumnSlots):
         src = re.sub(r"__VI(\d+)__", lambda m: m.group(1), src)
         return re.sub(r"__VF(\d+)__", lambda m: str(self.n_icols + int(m.group(1))), src)
 
-    def constants(self, jit: bool) -> tuple:
+    def constants(self, jit: bool, literal_codes: Optional[dict] = None) -> tuple:
         """The literals the generated code reads (``ci[k]``, ``cf[k]``): int64 and
         float64 arrays for numba, lists of Python ints and floats for plain
-        Python (exact as the literals were; never empty, so numba can type them)."""
+        Python (exact as the literals were; never empty, so numba can type them).
+        ``literal_codes``: slot -> code of a string literal compared with
+        string columns, for the input at hand (``_load_columns``)."""
         ci = [int(x) for x in self.const_i] or [0]
+        for slot, code in (literal_codes or {}).items():
+            ci[slot] = int(code)
         cf = [float(x) for x in self.const_f] or [0.0]
         if not jit:
             return ci, cf
@@ -663,9 +677,11 @@ def _kind(t: T.SqlType, temporal: bool = False) -> str:
     raise _Decline(f"{t} values are not held in registers")
 
 
-_ZERO = {"i": "0", "f": "0.0", "b": "False", "l": "-1", "u": "0", "t": "0", "d": "0"}
-# Kinds compared as they are (int64, double, bool; nanoseconds for t and d).
-_ORDERED = ("i", "f", "b", "t", "d")
+_ZERO = {"i": "0", "f": "0.0", "b": "False", "l": "-1", "u": "0", "t": "0", "d": "0",
+         "s": "0"}
+# Kinds compared as they are (int64, double, bool; nanoseconds for t and d;
+# codes of strings for s, see _string_codes).
+_ORDERED = ("i", "f", "b", "t", "d", "s")
 # (left kind, operator, right kind) of the timestamp and interval arithmetic
 # generated: exact integer nanoseconds in the interpreter too (an interval
 # times a double, or divided, goes through a double there: not generated).
@@ -710,6 +726,7 @@ class _Gen:
         # timestamps and intervals only where the columns are loaded as
         # nanoseconds (_load_columns), not in the row passes' plans
         self.temporal = isinstance(plan, _Plan)
+        self.varchar_literals: dict = {}  # generated code of a string literal -> its text
 
     def kind(self, t: T.SqlType) -> str:
         return _kind(t, self.temporal)
@@ -802,7 +819,9 @@ class _Gen:
         if lt == "boolean":
             return f"({self.constant('i', 1 if e.value else 0)} != 0)", "False", "b"
         if lt == "varchar":
-            return self.constant("i", self.label_id(e.value)), "False", "l"
+            code = self.constant("i", self.label_id(e.value))
+            self.varchar_literals[code] = e.value
+            return code, "False", "l"
         if lt in ("timestamp", "interval") and self.temporal:
             if not K.INT64_MIN <= e.value <= K.INT64_MAX:
                 raise _Decline(f"a {lt} literal beyond 64-bit nanoseconds")
@@ -828,6 +847,8 @@ class _Gen:
 
     def _ColumnRef(self, e: A.ColumnRef, row):
         kind = self.kind(e.type)
+        if kind == "l" and self.temporal:
+            kind = "s"                      # a string as its code (_string_codes)
         if kind in ("l", "u"):
             raise _Decline(f"{e.type} columns are not held in registers")
         if kind in ("t", "d"):
@@ -941,6 +962,8 @@ class _Gen:
         iv, inn, ik = self.expr(inner, r)
         if ik == "u":
             iv, inn = _ZERO[kind], "True"
+        elif kind == "l" and ik == "s":
+            kind = "s"                      # a string column's code (both kinds are ints)
         elif ik != kind:
             raise _Decline("navigation result kind")
         self.emit(f"{val} = {iv}")
@@ -1197,6 +1220,16 @@ class _Gen:
         """SQL comparison (interpreter.compare) of two generated values."""
         if lk == "u" or rk == "u":
             return "False", "True", "b"
+        if {lk, rk} == {"s", "l"}:
+            # a string column and a literal: the literal's code for this input
+            lit = rv if lk == "s" else lv
+            text = self.varchar_literals.get(lit)
+            if text is None:
+                raise _Decline("a string column compared with CLASSIFIER")
+            slot = self.constant("i", 0)
+            self.plan.string_literals.append((int(slot[3:-1]), text))
+            lv, lk = (slot, "s") if lk == "l" else (lv, lk)
+            rv, rk = (slot, "s") if rk == "l" else (rv, rk)
         val, nul = self.null_guard(ln, rn, "False")
         if lk == rk and lk in _ORDERED:
             self.emit(f"{val} = {lv} {_PY_CMP[op]} {rv}")
@@ -1425,13 +1458,16 @@ class _Gen:
 # ============================================================== execution
 
 def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
-    """(int columns, double columns, validity rows, fallback?) as the
-    generated code reads them; validity rows are named VI<k>/VF<k>."""
+    """(int columns, double columns, validity rows, fallback?, string
+    literal codes) as the generated code reads them; validity rows are
+    named VI<k>/VF<k>."""
     n = data.table.num_rows
     ints, floats, valid_i, valid_f = [], [], [], []
     masked = _masked_columns(plan, data)
     if masked is None:
-        return None, None, None, True
+        return None, None, None, True, None
+    masked.update(_string_codes(plan, data))
+    literal_codes = masked.pop(_LITERAL_CODES, None)
     for name, (arr, idx, kind) in sorted(plan.columns.items(), key=lambda x: (x[1][0], x[1][1])):
         if name in masked:
             values, ok = masked[name]
@@ -1458,13 +1494,13 @@ def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
         elif kind in ("t", "d"):
             values = _nanoseconds(col, kind)
             if values is None:
-                return None, None, None, True
+                return None, None, None, True, None
             ints.append(values)
             valid_i.append(ok)
         else:
             if pa.types.is_unsigned_integer(col.type) and len(col) and \
                     pc.max(col).as_py() is not None and pc.max(col).as_py() > K.INT64_MAX:
-                return None, None, None, True
+                return None, None, None, True, None
             values = np.asarray(pc.fill_null(col.cast(pa.int64()), 0).to_numpy(
                 zero_copy_only=False), dtype=np.int64)
             ints.append(values)
@@ -1475,7 +1511,7 @@ def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
         np.ones((1, n), dtype=np.bool_)
     if not jit:
         icols, fcols, valid = icols.tolist(), fcols.tolist(), valid.tolist()
-    return icols, fcols, valid, False
+    return icols, fcols, valid, False, literal_codes
 
 
 def _nanoseconds(col: pa.Array, kind: str) -> Optional[np.ndarray]:
@@ -1495,6 +1531,45 @@ def _nanoseconds(col: pa.Array, kind: str) -> Optional[np.ndarray]:
     if len(raw) and max(-int(raw.min()), int(raw.max())) > K.INT64_MAX // scale:
         return None
     return raw * scale
+
+
+_LITERAL_CODES = "\0literal codes"
+
+
+def _string_codes(plan: _Plan, data: SortedInput) -> dict:
+    """The string columns the code reads at other rows (kind s), as codes
+    that compare as the strings do: ``2 * rank + 1`` of each value among the
+    distinct values of all those columns, sorted by code point (Arrow sorts
+    UTF-8 bytes, which is that order; Python compares ``str`` so); a literal
+    compared with them gets its rank's odd code, or ``2 * (values below
+    it)`` when absent, so ``=`` and ``<`` agree with the strings'. name ->
+    (codes, validity), and ``_LITERAL_CODES`` -> {ci slot: code}."""
+    names = [name for name, (_, _, kind) in plan.columns.items() if kind == "s"]
+    if not names:
+        return {}
+    cols = []
+    for name in names:
+        col = data.table.column(name)
+        if pa.types.is_dictionary(col.type):
+            col = pc.cast(col, col.type.value_type)
+        cols.append(col.cast(pa.large_string()))
+    values = pc.unique(pa.chunked_array([c for col in cols for c in col.chunks],
+                                        pa.large_string()))
+    values = values.filter(values.is_valid())
+    values = values.take(pc.array_sort_indices(values))
+    out: dict = {}
+    for name, col in zip(names, cols):
+        rank = pc.index_in(col, value_set=values)
+        ok = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+        codes = np.asarray(pc.fill_null(rank, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        out[name] = (codes * 2 + 1, ok)
+    literal = {}
+    for slot, text in plan.string_literals:
+        found = pc.index_in(pa.array([text], pa.large_string()), value_set=values)[0].as_py()
+        below = int(pc.sum(pc.less(values, pa.scalar(text, pa.large_string()))).as_py() or 0)
+        literal[slot] = 2 * found + 1 if found is not None else 2 * below
+    out[_LITERAL_CODES] = literal
+    return out
 
 
 def _masked_columns(plan: _Plan, data: SortedInput) -> Optional[dict]:
@@ -1569,7 +1644,7 @@ def _grown(a: np.ndarray, size: int) -> np.ndarray:
 
 
 def _drive(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, fcols, valid,
-           jit: bool) -> MatchArrays:
+           jit: bool, literal_codes: Optional[dict] = None) -> MatchArrays:
     """Every partition's matches: compiled, ranges of partitions of about
     equal rows on the thread pool (the kernel drops the GIL; each range has
     buffers of its own), their matches joined in partition order."""
@@ -1577,7 +1652,7 @@ def _drive(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, icols, f
     n_parts = len(offsets) - 1
     init_i = np.array(plan.layout.init_i or [0], dtype=np.int64)
     init_f = np.array(plan.layout.init_f or [0.0], dtype=np.float64)
-    ci, cf = plan.constants(jit)
+    ci, cf = plan.constants(jit, literal_codes)
     horizon, timed = offsets, False      # never read without a time limit
     if query.time_limit is not None:
         from ..horizons import row_horizons
