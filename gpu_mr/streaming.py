@@ -106,10 +106,29 @@ def run_stream(query: CheckedQuery, engine, tables) -> Iterator[pa.Table]:
         if schema is None:
             schema = table.schema
         elif table.schema != schema:
-            raise DataError("every batch must have the schema of the first: "
-                            f"{table.schema} differs from {schema}", code="bad_batch")
+            conformed = _conform(table, schema)
+            if conformed is None:
+                raise DataError("every batch must have the schema of the first: "
+                                f"{table.schema} differs from {schema}", code="bad_batch")
+            table = conformed
         yield from runner.feed(table)
     yield from runner.finish()
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> Optional[pa.Table]:
+    """``table`` cast to ``schema`` where they differ only in string
+    layouts (``string`` and ``large_string``: an Arrow batch and a pandas
+    one of the same data), else None."""
+    def stringy(t):
+        return pa.types.is_string(t) or pa.types.is_large_string(t)
+    if table.schema.names != schema.names or any(
+            a.type != b.type and not (stringy(a.type) and stringy(b.type))
+            for a, b in zip(table.schema, schema)):
+        return None
+    try:
+        return table.cast(schema)
+    except pa.ArrowException:
+        return None
 
 
 def _batches(source) -> Iterator[pa.Table]:
@@ -122,7 +141,9 @@ def _batches(source) -> Iterator[pa.Table]:
                          f"of RecordBatches, not {type(source).__name__}", code="bad_argument")
     for item in source:
         if isinstance(item, pa.RecordBatch):
-            item = pa.Table.from_batches([item])
+            item = frames.plain_views(pa.Table.from_batches([item]))
+        elif isinstance(item, pa.Table):
+            item = frames.plain_views(item)
         elif frames._is_pandas(item):
             item = frames.to_arrow(item)[0]
         elif not isinstance(item, pa.Table):

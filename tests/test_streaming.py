@@ -251,3 +251,28 @@ def test_stream_batches_take_the_unanchored_scan(monkeypatch):
                                                  engine="cpu"))
     assert pa.concat_tables(pieces).equals(want)
     assert sum(1 for stream in calls if stream) > 20          # every batch but the last
+
+
+def test_batches_of_other_string_layouts_are_read_as_the_first_batchs():
+    # a pandas batch (large_string) after an Arrow one (string), and a
+    # string_view batch (Polars, DuckDB): the same rows as one table, where
+    # string_view reached pyarrow's take kernel and raised from deep inside
+    clause = ("PARTITION BY k ORDER BY ts MEASURES FIRST(A.ts) AS s, COUNT(*) AS n "
+              "PATTERN (A B+) DEFINE B AS price < PREV(price)")
+    t = pa.table({"k": ["a"] * 4 + ["b"] * 4, "ts": [1, 2, 3, 4, 1, 2, 3, 4],
+                  "price": [4.0, 3, 2, 5, 6, 5, 7, 6]})
+    want = gpu_mr.match_recognize(t, clause, engine="reference")
+    viewed = t.cast(pa.schema([("k", pa.string_view()), ("ts", pa.int64()),
+                               ("price", pa.float64())]))
+    for batches in ([t.slice(0, 3), t.slice(3).to_pandas()],
+                    [t.slice(0, 3).to_pandas(), t.slice(3)],
+                    [viewed.slice(0, 3), t.slice(3)],
+                    viewed.to_batches(max_chunksize=3)):
+        for engine in ("reference", "cpu"):
+            got = pa.concat_tables(gpu_mr.match_recognize_batches(batches, clause, engine=engine))
+            assert got.cast(want.schema).equals(want), (batches, engine)
+    # other differences stay errors
+    narrow = t.slice(0, 4).cast(pa.schema([("k", pa.string()), ("ts", pa.int32()),
+                                           ("price", pa.float64())]))
+    with pytest.raises(DataError, match="schema of the first"):
+        list(gpu_mr.match_recognize_batches([narrow, t.slice(4)], clause, engine="cpu"))
