@@ -199,6 +199,19 @@ def cmp_if(op, i, f):
     return cmp_ff(op, float(i), f), True
 
 
+def dec_f64(v, scale):
+    """A decimal (its unscaled int64 at ``scale``) as the double Python's
+    ``float(Decimal)`` gives, correctly rounded: (value, ok); ok False past
+    2**53 or scale 22, where one IEEE division of exact operands is not
+    that double (the host falls back)."""
+    if v > _EXACT or v < -_EXACT or scale > 22:
+        return 0.0, False
+    p = 1.0
+    for _ in range(scale):
+        p *= 10.0                   # every power of ten to 1e22 is exact
+    return float(v) / p, True
+
+
 def cmp_ff(op, a, b):
     """op: 0 =, 1 <>, 2 <, 3 <=, 4 >, 5 >="""
     if op == 0:
@@ -505,4 +518,5 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
 QUERY_FUNCTIONS = ("closure", "run_partitions")
 SHARED_FUNCTIONS = ("regs_equal", "copy_regs", "tdiv", "add_i64", "sub_i64", "mul_i64",
                     "div_i64", "neg_i64", "div_f64", "mod_f64", "sqrt_f64", "floor_f64",
-                    "ceil_f64", "cmp_if", "cmp_ff", "same_float", "fmod_c", "floor_c", "ceil_c")
+                    "ceil_f64", "cmp_if", "dec_f64", "cmp_ff", "same_float", "fmod_c", "floor_c",
+                    "ceil_c")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from decimal import Decimal
 
 import numpy as np
 import pyarrow as pa
@@ -69,6 +70,12 @@ STRINGS = [
     "{w}.s IN ('x', 'Y', 'zz')", "PREV({w}.s) = s OR {w}.s IS NULL", "NULLIF({w}.s, 'x') IS NULL",
     "{w}.s BETWEEN 'Y' AND 'y'", "COUNT({w}.s) > {k} AND {w}.s <> s", "'é' > LAST({w}.s, 1)",
 ]
+# Decimals of other rows, generated as unscaled int64s (doubles where the
+# interpreter makes one: compared with a double, or divided).
+DECIMALS = [
+    "{w}.m < m", "m - {w}.m > 0.5", "{w}.m * m >= {k}", "LAST({w}.m) + a > m",
+    "-{w}.m <= m - 1", "m / {w}.m < 1.5", "{w}.m > {w}.a * 1.0", "GREATEST({w}.m, PREV(m)) = m",
+]
 # Timestamps and intervals of other rows, generated as int64 nanoseconds.
 TEMPORAL = [
     "ts - FIRST(ts) < INTERVAL '3' SECOND", "LAST({w}.ts) + INTERVAL '1' SECOND <= ts",
@@ -88,7 +95,7 @@ def queries(draw):
     subset = draw(st.lists(st.sampled_from(used), min_size=1, max_size=2, unique=True)) \
         if used else []
     templates = (ROW_LOCAL + STATEFUL + MORE_STATEFUL * 2 + MASKED + TEMPORAL + STRINGS
-                 + DECLINED)
+                 + DECIMALS + DECLINED)
     defines = []
     for v in used:
         if draw(st.integers(0, 3)) > 0:
@@ -125,7 +132,15 @@ def tables(draw):
                        for _ in range(n)], pa.string()),
         "dur": pa.array([draw(st.one_of(st.none(), st.integers(0, 3))) for _ in range(n)],
                         pa.int64()).cast(pa.duration("ms")),
+        "m": decimals(draw, n),
     })
+
+
+def decimals(draw, n: int) -> pa.Array:
+    """A DECIMAL(6, 2) column for the templates above (some NULL)."""
+    pick = st.sampled_from([None, "-1.50", "0.00", "0.25", "1.00", "2.75", "1000.05"])
+    return pa.array([None if v is None else Decimal(v) for v in (draw(pick) for _ in range(n))],
+                    pa.decimal128(6, 2))
 
 
 def _outcome(run):
@@ -172,8 +187,8 @@ def other_types_queries(draw):
         text = f"({text}) A"
     defines = []
     for i, v in enumerate(used):
-        t = draw(st.sampled_from(MASKED + TEMPORAL + STRINGS if i == 0
-                                 else MASKED + TEMPORAL + STRINGS + ROW_LOCAL + STATEFUL))
+        other = MASKED + TEMPORAL + STRINGS + DECIMALS
+        t = draw(st.sampled_from(other if i == 0 else other + ROW_LOCAL + STATEFUL))
         w, k = draw(st.sampled_from(used)), draw(st.integers(0, 3))
         defines.append(f"{v} AS {t.format(v=v, w=w, k=k)}")
     skip = draw(st.sampled_from(["PAST LAST ROW", "TO NEXT ROW"] +
@@ -210,6 +225,59 @@ def test_timestamps_beyond_int64_nanoseconds_go_to_the_reference_engine(jit):
         assert got == want and len(want) == 1
         import gpu_mr
         assert gpu_mr.match_recognize(table, clause, engine="cpu").num_rows == 1
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_decimals_beyond_int64_go_to_the_reference_engine(jit):
+    # a product past int64 in the kernel, and a value no int64 holds
+    if jit:
+        pytest.importorskip("numba")
+    big = Decimal(2**62)
+    for values in ([big, big, Decimal(3)], [big * 4, Decimal(1), Decimal(2)]):
+        table = pa.table({"ts": pa.array(range(3), pa.int64()),
+                          "m": pa.array(values, pa.decimal128(38, 0))})
+        clause = ("ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
+                  "DEFINE B AS B.m * A.m > A.m OR B.m < A.m")
+        q = analyze(parse_clause(clause), table.schema)
+        assert R.supports(q) is None and not R._plan(q).masked
+        data = sort_for_matching(table, q.partition_columns, q.order_keys)
+        want = ReferenceEngine().find_matches(q, data)
+        got = R.find_matches(q, data, jit=jit)        # a list where the reference ran
+        got = got.to_matches() if hasattr(got, "to_matches") else got
+        assert got == want and len(want) == 1
+
+
+_DECIMAL_TABLE = pa.table({
+    "p": pa.array([0] * 6 + [1] * 4, pa.int64()),
+    "ts": pa.array(range(10), pa.int64()),
+    "a": pa.array([1, 2, 3, 1, 0, 2, 3, 1, 2, 2], pa.int64()),
+    "x": pa.array([1.0, 2.5, 0.25, 3.0, 1.5, 2.0, 0.5, 1.75, 2.0, 1.0]),
+    "m": pa.array([Decimal(v) if v else None for v in
+                   ["1.50", "2.25", "0.75", None, "3.00", "1.00", "2.00", "1.75", "0.50", "2.50"]],
+                  pa.decimal128(6, 2)),
+})
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("define", [
+    "B AS LAST(A.m) + B.a > B.m",               # a BIGINT at the decimal's scale
+    "B AS A.m < B.a",
+    "B AS A.m * B.m >= 2",                      # a product's scale, 4
+    "B AS B.m - A.m > 0.5",                     # compared with a double: as doubles
+    "B AS B.m / A.m < 1.5",                     # a quotient is a double
+    "B AS A.m > B.x OR -A.m < -B.m + 1",
+])
+def test_decimals_of_other_rows_compute_as_decimals(define, jit):
+    if jit:
+        pytest.importorskip("numba")
+    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n "
+              f"AFTER MATCH SKIP TO NEXT ROW PATTERN (A B+) DEFINE {define}")
+    q = analyze(parse_clause(clause), _DECIMAL_TABLE.schema)
+    assert R.supports(q) is None and not R._plan(q).masked, clause
+    data = sort_for_matching(_DECIMAL_TABLE, q.partition_columns, q.order_keys)
+    want = _outcome(lambda: ReferenceEngine().find_matches(q, data))
+    assert want and want[0] != "error"
+    assert _outcome(lambda: R.find_matches(q, data, jit=jit).to_matches()) == want, clause
 
 
 _STRING_TABLE = pa.table({

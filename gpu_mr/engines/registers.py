@@ -54,6 +54,14 @@ the literal's code fills its constant slot), so ``=`` and ``<`` on codes are
 ``=`` and ``<`` on the strings. Other uses of them (functions, CASE, a
 comparison with CLASSIFIER) are declined.
 
+Decimals (``B.price > A.price`` over DECIMAL prices, Spark's usual money
+type) are their unscaled int64s at their own scale: compared or added at the
+larger scale, multiplied at the sum of the scales, exactly as Python's
+``Decimal`` computes them (within int64, far inside its 28 digits; past
+int64 the reference engine), and converted to the double ``float(Decimal)``
+gives where the interpreter makes one (compared with a double, divided:
+exact below 2**53 and scale 22, else the reference engine).
+
 Timestamps without a time zone and day-to-second intervals are int64
 nanoseconds, as the interpreter's values are (``B.ts - A.ts <= INTERVAL '5'
 MINUTE``, ``LAST(A.ts) + INTERVAL '1' SECOND < ts``): columns are scaled to
@@ -61,8 +69,9 @@ nanoseconds as they are loaded, and a column or a sum beyond int64 goes to
 the reference engine, whose integers are unbounded.
 
 Declined (``supports`` says why): matching modes, SKIP TO CURRENT ROW,
-match conditions, DISTINCT and other aggregates, decimals, dates and zoned
-timestamps read at rows other than the current one (FIRST of a date),
+match conditions, DISTINCT and other aggregates (MIN/MAX/SUM/AVG of
+decimals too), dates and zoned timestamps read at rows other than the
+current one (FIRST of a date), decimal modulo,
 strings of other rows other than compared, CLASSIFIER at rows the
 registers do not keep, ROUND/LN/EXP/POWER, casts that go through decimals, and interval
 arithmetic through doubles (an interval divided, or times a double).
@@ -657,9 +666,12 @@ def _kind(t: T.SqlType, temporal: bool = False) -> str:
     """The generated code's kind of SQL type ``t``: i (int64), f (double), b
     (bool), l (a label: a variable id), u (NULL); with ``temporal`` also t
     (a TIMESTAMP without time zone) and d (an INTERVAL DAY TO SECOND), both
-    int64 nanoseconds as the interpreter holds them (the register machine's
-    plans: kernels of the row passes read columns in place, in their unit)."""
+    int64 nanoseconds as the interpreter holds them, and m<s> (a DECIMAL of
+    scale s, its unscaled int64) -- the register machine's plans: kernels of
+    the row passes read columns in place, in their unit."""
     k = t.kind
+    if temporal and k == "DECIMAL":
+        return f"m{t.scale}"                # the unscaled int64 at that scale
     if temporal and k == "TIMESTAMP" and t.tz is None:
         return "t"
     if temporal and k == "INTERVAL":
@@ -678,10 +690,17 @@ def _kind(t: T.SqlType, temporal: bool = False) -> str:
 
 
 _ZERO = {"i": "0", "f": "0.0", "b": "False", "l": "-1", "u": "0", "t": "0", "d": "0",
-         "s": "0"}
+         "s": "0", **{f"m{s}": "0" for s in range(39)}}
 # Kinds compared as they are (int64, double, bool; nanoseconds for t and d;
-# codes of strings for s, see _string_codes).
-_ORDERED = ("i", "f", "b", "t", "d", "s")
+# codes of strings for s, see _string_codes; unscaled decimals of one scale).
+_ORDERED = ("i", "f", "b", "t", "d", "s") + tuple(f"m{s}" for s in range(39))
+
+
+def _scale(kind: str) -> Optional[int]:
+    """The scale of a decimal kind (m<s>), 0 for BIGINT, else None."""
+    if kind == "i":
+        return 0
+    return int(kind[1:]) if kind.startswith("m") else None
 # (left kind, operator, right kind) of the timestamp and interval arithmetic
 # generated: exact integer nanoseconds in the interpreter too (an interval
 # times a double, or divided, goes through a double there: not generated).
@@ -1116,7 +1135,7 @@ class _Gen:
             self.emit(f"{val} = -{v}")
             self.emit(f"{nul} = {n}")
             return val, nul, k
-        if k not in ("i", "d"):
+        if k not in ("i", "d") and not k.startswith("m"):
             raise _Decline("unary minus of a non-number")
         self.emit(f"{nul} = {n}")
         self.emit(f"{val} = 0")
@@ -1142,6 +1161,8 @@ class _Gen:
             return _ZERO[kind], "True", kind if kind != "l" else "u"
         val, nul = self.null_guard(ln, rn, _ZERO[kind])
         if kind == "f":
+            lv, lk = self.as_double(lv, lk)
+            rv, rk = self.as_double(rv, rk)
             a = f"float({lv})" if lk == "i" else lv
             b = f"float({rv})" if rk == "i" else rv
             if lk not in ("i", "f") or rk not in ("i", "f"):
@@ -1158,6 +1179,22 @@ class _Gen:
             self.emit("if not ok:")
             self.depth += 1
             self.fail(2)
+            self.depth -= 1
+        elif kind.startswith("m") and e.op in ("+", "-", "*") \
+                and None not in (_scale(lk), _scale(rk)):
+            # exact decimals as the interpreter's (within int64, far inside
+            # the 28 digits of Python's decimal context); past int64 the host
+            if e.op == "*":
+                if _scale(lk) + _scale(rk) != _scale(kind):
+                    raise _Decline("a decimal product past scale 38")
+            else:
+                lv, lk = self.rescaled(lv, _scale(lk), _scale(kind))
+                rv, rk = self.rescaled(rv, _scale(rk), _scale(kind))
+            fn = {"+": "add_i64", "-": "sub_i64", "*": "mul_i64"}[e.op]
+            self.emit(f"{val}, ok = {fn}({lv}, {rv})")
+            self.emit("if not ok:")
+            self.depth += 1
+            self.fail(3)
             self.depth -= 1
         elif kind in ("t", "d") and (lk, e.op, rk) in _TEMPORAL_OPS:
             # nanoseconds, exact: the interpreter's integers are unbounded,
@@ -1231,6 +1268,8 @@ class _Gen:
             lv, lk = (slot, "s") if lk == "l" else (lv, lk)
             rv, rk = (slot, "s") if rk == "l" else (rv, rk)
         val, nul = self.null_guard(ln, rn, "False")
+        if lk.startswith("m") or rk.startswith("m"):
+            lv, lk, rv, rk = self.common_decimal(lv, lk, rv, rk)
         if lk == rk and lk in _ORDERED:
             self.emit(f"{val} = {lv} {_PY_CMP[op]} {rv}")
         elif lk == rk == "l":
@@ -1251,6 +1290,46 @@ class _Gen:
             raise _Decline(f"comparison of {lk} with {rk} values")
         self.depth -= 1
         return val, nul, "b"
+
+    def common_decimal(self, lv, lk, rv, rk) -> tuple:
+        """Two values, one a decimal, in one form the interpreter's
+        comparison agrees with: both decimals (or a BIGINT) at the larger
+        scale (exact; past int64 the host falls back), or a decimal and a
+        double as doubles (Python compares a Decimal with a float as
+        ``float(Decimal)``). Other pairs are returned as they are."""
+        if "f" in (lk, rk):
+            return self.as_double(lv, lk) + self.as_double(rv, rk)
+        sl, sr = _scale(lk), _scale(rk)
+        if sl is None or sr is None:
+            return lv, lk, rv, rk
+        target = max(sl, sr)
+        return self.rescaled(lv, sl, target) + self.rescaled(rv, sr, target)
+
+    def rescaled(self, v: str, scale: int, target: int) -> tuple:
+        """Unscaled value ``v`` at ``scale`` as one at ``target`` (>= scale)."""
+        if target == scale:
+            return v, f"m{target}"
+        if target - scale > 18:
+            raise _Decline("decimals of scales more than 18 apart")
+        t = self.tmp()[0]
+        self.emit(f"{t}, ok = mul_i64({v}, {10 ** (target - scale)})")
+        self.emit("if not ok:")
+        self.depth += 1
+        self.fail(3)
+        self.depth -= 1
+        return t, f"m{target}"
+
+    def as_double(self, v: str, k: str) -> tuple:
+        """A value as the double the interpreter's ``float()`` makes of it."""
+        if not k.startswith("m"):
+            return v, k
+        t = self.tmp()[0]
+        self.emit(f"{t}, ok = dec_f64({v}, {_scale(k)})")
+        self.emit("if not ok:")
+        self.depth += 1
+        self.fail(3)
+        self.depth -= 1
+        return t, "f"
 
     def _Between(self, e: A.Between, row):
         v = self.expr(e.operand, row)
@@ -1491,6 +1570,12 @@ def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
                                 dtype=np.int64)
             ints.append(values)
             valid_i.append(ok)
+        elif kind.startswith("m"):
+            values = _unscaled(col, int(kind[1:]))
+            if values is None:
+                return None, None, None, True, None
+            ints.append(values)
+            valid_i.append(ok)
         elif kind in ("t", "d"):
             values = _nanoseconds(col, kind)
             if values is None:
@@ -1512,6 +1597,20 @@ def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
     if not jit:
         icols, fcols, valid = icols.tolist(), fcols.tolist(), valid.tolist()
     return icols, fcols, valid, False, literal_codes
+
+
+def _unscaled(col: pa.Array, scale: int) -> Optional[np.ndarray]:
+    """A decimal column of ``scale`` as its unscaled int64 values, NULLs
+    as 0; None when it is of another type or a value needs more than 64
+    bits (the reference engine runs it)."""
+    from ..predicates.masks import _decimal_unscaled
+    if not pa.types.is_decimal(col.type) or col.type.scale != scale:
+        return None
+    values, fits = _decimal_unscaled(col)
+    valid = np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=np.bool_)
+    if not np.all(fits | ~valid):
+        return None
+    return np.where(valid, values, 0)
 
 
 def _nanoseconds(col: pa.Array, kind: str) -> Optional[np.ndarray]:
