@@ -127,6 +127,16 @@ PATTERN (STRT DOWN+ UP+)
 DEFINE DOWN AS price < PREV(price),
        UP AS price > PREV(price) AND price <= AVG(DOWN.price)
 """, "a rebound that stays at or below the average price of the fall"),
+    Query("quick_rebound", "state-dependent", """
+PARTITION BY symbol ORDER BY ts
+MEASURES FIRST(A.ts) AS start_ts, LAST(C.ts) AS end_ts, MIN(B.price) AS low,
+         COUNT(*) AS ticks, MATCH_NUMBER() AS mno
+ONE ROW PER MATCH
+AFTER MATCH SKIP PAST LAST ROW
+PATTERN (A B+ C)
+DEFINE B AS price < PREV(price),
+       C AS C.price > A.price AND C.ts - A.ts <= INTERVAL '30' SECOND
+""", "a fall and a recovery past the start within 30 seconds (timestamps in registers)"),
     Query("all_rows", "row-local", """
 PARTITION BY symbol ORDER BY ts
 MEASURES CLASSIFIER() AS cls, MATCH_NUMBER() AS mno, FIRST(STRT.price) AS start_price,
