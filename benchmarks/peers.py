@@ -7,8 +7,10 @@ or pyarrow, so it lives in a virtual environment of its own -- and with
 matches, and prints the speed ratio measured in this one run. Peers:
 
 - ``pandas-match-recognize`` (PyPI ``pandas-match-recognize``, a pure pandas
-  implementation; the default): ``STRT DOWN+ UP+``. JSON goes to
-  ``benchmarks/results/peers-<date>-<host kind>.json``.
+  implementation; the default): ``STRT DOWN+ UP+``, or with ``--query
+  rebound`` ``A B+ C`` with ``C.price > A.price`` (a DEFINE that reads the
+  match so far). JSON goes to
+  ``benchmarks/results/peers-<date>-<host kind>[-rebound].json``.
 - ``flink``: Apache Flink SQL through PyFlink (PyPI ``apache-flink``), batch
   mode, parallelism 1, a filesystem CSV source and a filesystem CSV sink.
   Flink rejects a greedy quantifier at the end of a pattern, so both engines
@@ -67,6 +69,17 @@ CLAUSE = """PARTITION BY symbol ORDER BY ts
   ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
   PATTERN (STRT DOWN+ UP+)
   DEFINE DOWN AS price < PREV(price), UP AS price > PREV(price)"""
+
+# A query whose DEFINE reads the match so far (C's price against A's): the
+# peer's matcher runs it row by row; gpu_mr's register machine.
+REBOUND_CLAUSE = """PARTITION BY symbol ORDER BY ts
+  MEASURES FIRST(A.ts) AS start_ts, LAST(C.ts) AS end_ts, COUNT(*) AS ticks
+  ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
+  PATTERN (A B+ C)
+  DEFINE B AS price < PREV(price), C AS C.price > A.price"""
+PEER_QUERIES = {"v_shape": ("V-shape (STRT DOWN+ UP+)", CLAUSE),
+                "rebound": ("rebound past the start (A B+ C, C.price > A.price)",
+                            REBOUND_CLAUSE)}
 
 # The query run against Flink, in standard text (what gpu_mr runs). Flink
 # rejects PATTERN (STRT DOWN+ UP+) ("Greedy quantifiers are not allowed as the
@@ -176,8 +189,10 @@ def _size(rows: int) -> str:
 def _canonical(df: pd.DataFrame) -> pd.DataFrame:
     """The result in one order and one set of dtypes (the peer returns the
     integer timestamps as float64; they are exact below 2**53)."""
-    out = df[["symbol", "start_ts", "end_ts", "bottom"]].astype(
-        {"symbol": str, "start_ts": "int64", "end_ts": "int64", "bottom": "float64"})
+    last = "bottom" if "bottom" in df.columns else "ticks"     # the V-shape's, the rebound's
+    out = df[["symbol", "start_ts", "end_ts", last]].astype(
+        {"symbol": str, "start_ts": "int64", "end_ts": "int64",
+         last: "float64" if last == "bottom" else "int64"})
     return out.sort_values(["symbol", "start_ts"]).reset_index(drop=True)
 
 
@@ -236,6 +251,9 @@ def main(argv=None) -> int:
     ap.add_argument("--flink-define", choices=sorted(FLINK_SQL_CLAUSES), default="prev",
                     help="Flink's DEFINE: PREV(price) as written (default), or the row before "
                          "named by its variable with LAST(DOWN.price, 1)")
+    ap.add_argument("--query", choices=sorted(PEER_QUERIES), default="v_shape",
+                    help="pandas-match-recognize's query: the row-local V-shape (default) "
+                         "or a rebound whose DEFINE reads the match so far")
     ap.add_argument("--rows", type=_count, default=1_000_000)
     ap.add_argument("--symbols", type=_count, default=10)
     ap.add_argument("--repeat", type=int, default=3)
@@ -244,7 +262,11 @@ def main(argv=None) -> int:
     if args.peer_python is None:
         args.peer_python = DEFAULT_PYTHON[args.peer]
     flink = args.peer == "flink"
-    clause = FLINK_CLAUSE if flink else CLAUSE
+    if flink and args.query != "v_shape":
+        print("error: Flink runs the V-shape only (--query v_shape)", file=sys.stderr)
+        return 2
+    title, clause = PEER_QUERIES[args.query]
+    clause = FLINK_CLAUSE if flink else clause
     if not os.path.exists(args.peer_python):
         print(f"error: no {args.peer_python}; set up the peer's venv (see the module's doc)",
               file=sys.stderr)
@@ -270,7 +292,7 @@ def main(argv=None) -> int:
             frame.to_csv(src, index=False)
             frame = pd.read_csv(src)                    # both sides read the same file
             proc = subprocess.run([args.peer_python, "-c", PEER_SCRIPT, src, dst,
-                                   str(args.repeat), CLAUSE], capture_output=True, text=True)
+                                   str(args.repeat), clause], capture_output=True, text=True)
             if proc.returncode != 0:
                 print(proc.stderr[-2000:], file=sys.stderr)
                 print("error: the peer failed (is pandas-match-recognize installed there?)",
@@ -313,7 +335,7 @@ def main(argv=None) -> int:
                  f"{_load_text(load_after)} after"]
     else:
         ms_ties = None
-        lines = [f"{args.rows:,} ticks, {args.symbols} symbols, V-shape (STRT DOWN+ UP+), "
+        lines = [f"{args.rows:,} ticks, {args.symbols} symbols, {title}, "
                  f"{len(ours):,} matches",
                  f"pandas-match-recognize: {peer['seconds']:.3f} s "
                  f"({args.rows / peer['seconds']:,.0f} rows/s)",
@@ -330,6 +352,7 @@ def main(argv=None) -> int:
         name = (f"peers-{'flink-' if flink else ''}{_dt.date.today().isoformat()}-"
                 f"{platform.machine()}-{os.cpu_count()}cpu"
                 f"{'-' + _size(args.rows) if flink else ''}"
+                f"{'-' + args.query if args.query != 'v_shape' else ''}"
                 f"{'-last' if flink and args.flink_define == 'last' else ''}.json")
         record = {"rows": args.rows, "symbols": args.symbols, "query": clause,
                   "peer": args.peer, "peer_seconds": peer["seconds"],
