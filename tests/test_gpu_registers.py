@@ -37,7 +37,7 @@ from gpu_mr.kernels import registers as K
 from gpu_mr.syntax import parse_clause
 
 from test_cpu_engine import tables
-from test_registers import _TICKS_QUERIES, decimals, queries
+from test_registers import _TICKS_QUERIES, days, decimals, queries
 
 if isinstance(B.detect(), str):
     pytest.skip(f"no GPU and no simulator: {B.detect()}", allow_module_level=True)
@@ -99,7 +99,8 @@ def timed_tables(draw):
     durations = [draw(st.one_of(st.none(), st.integers(0, 3))) for _ in range(n)]
     return (table.append_column("s", pa.array(strings, pa.string()))
             .append_column("dur", pa.array(durations, pa.int64()).cast(pa.duration("ms")))
-            .append_column("m", decimals(draw, n)))
+            .append_column("m", decimals(draw, n))
+            .append_column("day", days(draw, n)))
 
 
 _SUPPORTED: list = []

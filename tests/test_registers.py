@@ -76,6 +76,13 @@ DECIMALS = [
     "{w}.m < m", "m - {w}.m > 0.5", "{w}.m * m >= {k}", "LAST({w}.m) + a > m",
     "-{w}.m <= m - 1", "m / {w}.m < 1.5", "{w}.m > {w}.a * 1.0", "GREATEST({w}.m, PREV(m)) = m",
 ]
+# Dates of other rows: their midnights in nanoseconds; plus an interval,
+# floored to the day as the interpreter does.
+DATES = [
+    "{w}.day - day <= INTERVAL '1' DAY", "day > LAST({w}.day) + INTERVAL '12' HOUR",
+    "{w}.day + {k} >= day", "day - {w}.ts < INTERVAL '2' DAY", "FIRST(day) = DATE '1970-01-02'",
+    "{w}.day - INTERVAL '1' SECOND < day - 1",
+]
 # Timestamps and intervals of other rows, generated as int64 nanoseconds.
 TEMPORAL = [
     "ts - FIRST(ts) < INTERVAL '3' SECOND", "LAST({w}.ts) + INTERVAL '1' SECOND <= ts",
@@ -95,7 +102,7 @@ def queries(draw):
     subset = draw(st.lists(st.sampled_from(used), min_size=1, max_size=2, unique=True)) \
         if used else []
     templates = (ROW_LOCAL + STATEFUL + MORE_STATEFUL * 2 + MASKED + TEMPORAL + STRINGS
-                 + DECIMALS + DECLINED)
+                 + DECIMALS + DATES + DECLINED)
     defines = []
     for v in used:
         if draw(st.integers(0, 3)) > 0:
@@ -133,6 +140,7 @@ def tables(draw):
         "dur": pa.array([draw(st.one_of(st.none(), st.integers(0, 3))) for _ in range(n)],
                         pa.int64()).cast(pa.duration("ms")),
         "m": decimals(draw, n),
+        "day": days(draw, n),
     })
 
 
@@ -141,6 +149,12 @@ def decimals(draw, n: int) -> pa.Array:
     pick = st.sampled_from([None, "-1.50", "0.00", "0.25", "1.00", "2.75", "1000.05"])
     return pa.array([None if v is None else Decimal(v) for v in (draw(pick) for _ in range(n))],
                     pa.decimal128(6, 2))
+
+
+def days(draw, n: int) -> pa.Array:
+    """A DATE column for the templates above (some NULL), days from 1970-01-01."""
+    pick = st.one_of(st.none(), st.integers(0, 4))
+    return pa.array([draw(pick) for _ in range(n)], pa.int32()).cast(pa.date32())
 
 
 def _outcome(run):
@@ -187,7 +201,7 @@ def other_types_queries(draw):
         text = f"({text}) A"
     defines = []
     for i, v in enumerate(used):
-        other = MASKED + TEMPORAL + STRINGS + DECIMALS
+        other = MASKED + TEMPORAL + STRINGS + DECIMALS + DATES
         t = draw(st.sampled_from(other if i == 0 else other + ROW_LOCAL + STATEFUL))
         w, k = draw(st.sampled_from(used)), draw(st.integers(0, 3))
         defines.append(f"{v} AS {t.format(v=v, w=w, k=k)}")
@@ -225,6 +239,19 @@ def test_timestamps_beyond_int64_nanoseconds_go_to_the_reference_engine(jit):
         assert got == want and len(want) == 1
         import gpu_mr
         assert gpu_mr.match_recognize(table, clause, engine="cpu").num_rows == 1
+
+
+def test_dates_beyond_int64_nanoseconds_go_to_the_reference_engine():
+    far = [np.datetime64("3000-01-01"), np.datetime64("3000-01-02")]
+    table = pa.table({"day": pa.array(np.array(far, dtype="datetime64[D]"))})
+    clause = ("ORDER BY day MEASURES COUNT(*) AS n PATTERN (A B) "
+              "DEFINE B AS B.day - A.day <= INTERVAL '1' DAY")
+    q = analyze(parse_clause(clause), table.schema)
+    assert R.supports(q) is None
+    data = sort_for_matching(table, q.partition_columns, q.order_keys)
+    want = ReferenceEngine().find_matches(q, data)
+    got = R.find_matches(q, data, jit=False)
+    assert (got.to_matches() if hasattr(got, "to_matches") else got) == want and len(want) == 1
 
 
 @pytest.mark.parametrize("jit", [False, True])
@@ -275,6 +302,32 @@ def test_decimals_of_other_rows_compute_as_decimals(define, jit):
     q = analyze(parse_clause(clause), _DECIMAL_TABLE.schema)
     assert R.supports(q) is None and not R._plan(q).masked, clause
     data = sort_for_matching(_DECIMAL_TABLE, q.partition_columns, q.order_keys)
+    want = _outcome(lambda: ReferenceEngine().find_matches(q, data))
+    assert want and want[0] != "error"
+    assert _outcome(lambda: R.find_matches(q, data, jit=jit).to_matches()) == want, clause
+
+
+_DATE_TABLE = pa.table({
+    "ts": pa.array(range(8), pa.int64()),
+    "day": pa.array([0, 1, 1, 3, None, 4, 6, 7], pa.int32()).cast(pa.date32()),
+})
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("define", [
+    "B AS B.day - INTERVAL '1' SECOND = A.day",     # floored to the day before
+    "B AS A.day + INTERVAL '36' HOUR = B.day",      # floored to the next day
+    "B AS A.day + 2 > B.day AND B.day <> A.day",
+    "B AS B.day - A.day = INTERVAL '2' DAY OR A.day > DATE '1970-01-05'",
+])
+def test_dates_of_other_rows_compute_as_dates(define, jit):
+    if jit:
+        pytest.importorskip("numba")
+    clause = ("ORDER BY ts MEASURES COUNT(*) AS n "
+              f"AFTER MATCH SKIP TO NEXT ROW PATTERN (A B+) DEFINE {define}")
+    q = analyze(parse_clause(clause), _DATE_TABLE.schema)
+    assert R.supports(q) is None and not R._plan(q).masked, clause
+    data = sort_for_matching(_DATE_TABLE, q.partition_columns, q.order_keys)
     want = _outcome(lambda: ReferenceEngine().find_matches(q, data))
     assert want and want[0] != "error"
     assert _outcome(lambda: R.find_matches(q, data, jit=jit).to_matches()) == want, clause

@@ -41,6 +41,7 @@ from gpu_mr.syntax import types as T  # noqa: E402
 
 from test_cpu_engine import assert_engine_gives_the_references, outcome  # noqa: E402
 from test_differential import ROW_LOCAL, VARS, patterns  # noqa: E402
+from test_registers import days as register_days  # noqa: E402
 from test_registers import decimals as register_decimals  # noqa: E402
 from test_registers import queries as register_queries  # noqa: E402
 
@@ -104,6 +105,7 @@ def clocked_tables(draw, max_rows: int = 40):
         "dur": pa.array([draw(st.one_of(st.none(), st.integers(0, 3))) for _ in range(n)],
                         pa.int64()).cast(pa.duration("ms")),
         "m": register_decimals(draw, n),
+        "day": register_days(draw, n),
     })
 
 

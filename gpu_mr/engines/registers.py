@@ -62,18 +62,19 @@ int64 the reference engine), and converted to the double ``float(Decimal)``
 gives where the interpreter makes one (compared with a double, divided:
 exact below 2**53 and scale 22, else the reference engine).
 
-Timestamps without a time zone and day-to-second intervals are int64
-nanoseconds, as the interpreter's values are (``B.ts - A.ts <= INTERVAL '5'
+Timestamps without a time zone, dates (their midnights) and day-to-second
+intervals are int64 nanoseconds, as the interpreter's values are (a date
+plus an interval is floored to its day, as the interpreter's is) (``B.ts - A.ts <= INTERVAL '5'
 MINUTE``, ``LAST(A.ts) + INTERVAL '1' SECOND < ts``): columns are scaled to
 nanoseconds as they are loaded, and a column or a sum beyond int64 goes to
 the reference engine, whose integers are unbounded.
 
 Declined (``supports`` says why): matching modes, SKIP TO CURRENT ROW,
 match conditions, DISTINCT and other aggregates (MIN/MAX/SUM/AVG of
-decimals too), dates and zoned timestamps read at rows other than the
-current one (FIRST of a date), decimal modulo,
-strings of other rows other than compared, CLASSIFIER at rows the
-registers do not keep, ROUND/LN/EXP/POWER, casts that go through decimals, and interval
+decimals too), zoned timestamps read at rows other than the current one
+(FIRST of a zoned timestamp), month intervals, decimal modulo, strings of
+other rows other than compared, CLASSIFIER at rows the registers do not
+keep, ROUND/LN/EXP/POWER, casts that go through decimals, and interval
 arithmetic through doubles (an interval divided, or times a double).
 
 Cost: O(rows scanned x live threads x DEFINE cost) per search, no path
@@ -665,8 +666,9 @@ def _agg_update(agg: _Agg, v: int) -> list:
 def _kind(t: T.SqlType, temporal: bool = False) -> str:
     """The generated code's kind of SQL type ``t``: i (int64), f (double), b
     (bool), l (a label: a variable id), u (NULL); with ``temporal`` also t
-    (a TIMESTAMP without time zone) and d (an INTERVAL DAY TO SECOND), both
-    int64 nanoseconds as the interpreter holds them, and m<s> (a DECIMAL of
+    (a TIMESTAMP without time zone), D (a DATE, at its midnight) and d (an
+    INTERVAL DAY TO SECOND), int64 nanoseconds as the interpreter's
+    ``_as_ns`` makes them, and m<s> (a DECIMAL of
     scale s, its unscaled int64) -- the register machine's plans: kernels of
     the row passes read columns in place, in their unit."""
     k = t.kind
@@ -674,6 +676,8 @@ def _kind(t: T.SqlType, temporal: bool = False) -> str:
         return f"m{t.scale}"                # the unscaled int64 at that scale
     if temporal and k == "TIMESTAMP" and t.tz is None:
         return "t"
+    if temporal and k == "DATE":
+        return "D"                          # its midnight in nanoseconds, as _as_ns
     if temporal and k == "INTERVAL":
         return "d"
     if k == "BIGINT":
@@ -690,10 +694,12 @@ def _kind(t: T.SqlType, temporal: bool = False) -> str:
 
 
 _ZERO = {"i": "0", "f": "0.0", "b": "False", "l": "-1", "u": "0", "t": "0", "d": "0",
-         "s": "0", **{f"m{s}": "0" for s in range(39)}}
+         "D": "0", "s": "0", **{f"m{s}": "0" for s in range(39)}}
 # Kinds compared as they are (int64, double, bool; nanoseconds for t and d;
 # codes of strings for s, see _string_codes; unscaled decimals of one scale).
-_ORDERED = ("i", "f", "b", "t", "d", "s") + tuple(f"m{s}" for s in range(39))
+_ORDERED = ("i", "f", "b", "t", "d", "D", "s") + tuple(f"m{s}" for s in range(39))
+# A day in nanoseconds: a DATE's value is a multiple of it.
+_DAY_NS = 86400 * 10**9
 
 
 def _scale(kind: str) -> Optional[int]:
@@ -705,7 +711,12 @@ def _scale(kind: str) -> Optional[int]:
 # generated: exact integer nanoseconds in the interpreter too (an interval
 # times a double, or divided, goes through a double there: not generated).
 _TEMPORAL_OPS = {("t", "+", "d"), ("d", "+", "t"), ("t", "-", "d"), ("t", "-", "t"),
-                 ("d", "+", "d"), ("d", "-", "d"), ("d", "*", "i"), ("i", "*", "d")}
+                 ("d", "+", "d"), ("d", "-", "d"), ("d", "*", "i"), ("i", "*", "d"),
+                 ("D", "-", "D"), ("D", "-", "t"), ("t", "-", "D")}
+# DATE arithmetic giving a DATE: plus or minus an interval, floored to its
+# day; plus or minus whole days (a BIGINT).
+_DATE_OPS = {("D", "+", "d"), ("d", "+", "D"), ("D", "-", "d"), ("D", "+", "i"),
+             ("D", "-", "i")}
 # Names of the columns of masked parts (``_Plan.mask_column``): no input
 # column's name starts with a NUL character.
 MASKED_PREFIX = "\0masked"
@@ -841,10 +852,11 @@ class _Gen:
             code = self.constant("i", self.label_id(e.value))
             self.varchar_literals[code] = e.value
             return code, "False", "l"
-        if lt in ("timestamp", "interval") and self.temporal:
-            if not K.INT64_MIN <= e.value <= K.INT64_MAX:
+        if lt in ("timestamp", "interval", "date") and self.temporal:
+            value = (e.value - T.EPOCH_DATE).days * _DAY_NS if lt == "date" else e.value
+            if not K.INT64_MIN <= value <= K.INT64_MAX:
                 raise _Decline(f"a {lt} literal beyond 64-bit nanoseconds")
-            return self.constant("i", int(e.value)), "False", self.kind(e.type)
+            return self.constant("i", int(value)), "False", self.kind(e.type)
         raise _Decline(f"{lt} literals are not compiled")
 
     def constant(self, kind: str, value) -> str:
@@ -870,9 +882,10 @@ class _Gen:
             kind = "s"                      # a string as its code (_string_codes)
         if kind in ("l", "u"):
             raise _Decline(f"{e.type} columns are not held in registers")
-        if kind in ("t", "d"):
+        if kind in ("t", "d", "D"):
             arrow = self.plan.query.input_schema.field(e.resolved).type
-            if not (pa.types.is_timestamp(arrow) if kind == "t" else pa.types.is_duration(arrow)):
+            if not {"t": pa.types.is_timestamp, "d": pa.types.is_duration,
+                    "D": pa.types.is_date}[kind](arrow):
                 raise _Decline(f"{e.type} values of an Arrow {arrow} column")
         arr, idx, _ = self.plan.column(e.resolved, kind)
         r = row if row is not None else self.last_row(e.var)
@@ -1196,6 +1209,24 @@ class _Gen:
             self.depth += 1
             self.fail(3)
             self.depth -= 1
+        elif kind == "D" and (lk, e.op, rk) in _DATE_OPS:
+            # the interpreter: the date's midnight plus the interval, floored
+            # to its day (whole days: a multiple of a day already)
+            if rk == "i":
+                days = self.tmp()[0]
+                self.emit(f"{days}, ok = mul_i64({rv}, {_DAY_NS})")
+                self.emit("if not ok:")
+                self.depth += 1
+                self.fail(3)
+                self.depth -= 1
+                rv = days
+            fn = {"+": "add_i64", "-": "sub_i64"}[e.op]
+            self.emit(f"{val}, ok = {fn}({lv}, {rv})")
+            self.emit("if not ok:")
+            self.depth += 1
+            self.fail(3)
+            self.depth -= 1
+            self.emit(f"{val} = ({val} // {_DAY_NS}) * {_DAY_NS}")
         elif kind in ("t", "d") and (lk, e.op, rk) in _TEMPORAL_OPS:
             # nanoseconds, exact: the interpreter's integers are unbounded,
             # so a result beyond int64 goes to the reference engine
@@ -1270,6 +1301,8 @@ class _Gen:
         val, nul = self.null_guard(ln, rn, "False")
         if lk.startswith("m") or rk.startswith("m"):
             lv, lk, rv, rk = self.common_decimal(lv, lk, rv, rk)
+        if {lk, rk} == {"D", "t"}:
+            lk = rk = "t"                   # a date's midnight against a timestamp
         if lk == rk and lk in _ORDERED:
             self.emit(f"{val} = {lv} {_PY_CMP[op]} {rv}")
         elif lk == rk == "l":
@@ -1576,7 +1609,7 @@ def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
                 return None, None, None, True, None
             ints.append(values)
             valid_i.append(ok)
-        elif kind in ("t", "d"):
+        elif kind in ("t", "d", "D"):
             values = _nanoseconds(col, kind)
             if values is None:
                 return None, None, None, True, None
@@ -1619,6 +1652,16 @@ def _nanoseconds(col: pa.Array, kind: str) -> Optional[np.ndarray]:
     None when the column is of another type or a value is beyond int64
     nanoseconds (about the years 1677-2262): the reference engine runs it."""
     t = col.type
+    if kind == "D":
+        if not pa.types.is_date(t):
+            return None
+        # days (date32) or milliseconds (date64: its day, as Python reads it)
+        raw = np.asarray(pc.fill_null(col.cast(pa.int32() if t == pa.date32() else pa.int64()),
+                                      0).to_numpy(zero_copy_only=False), dtype=np.int64)
+        days = raw if t == pa.date32() else raw // 86_400_000
+        if len(days) and max(-int(days.min()), int(days.max())) > K.INT64_MAX // _DAY_NS:
+            return None                      # outside the years 1677-2262
+        return days * _DAY_NS
     if not (pa.types.is_timestamp(t) and t.tz is None if kind == "t"
             else pa.types.is_duration(t)):
         return None
