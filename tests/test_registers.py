@@ -83,6 +83,13 @@ DATES = [
     "{w}.day + {k} >= day", "day - {w}.ts < INTERVAL '2' DAY", "FIRST(day) = DATE '1970-01-02'",
     "{w}.day - INTERVAL '1' SECOND < day - 1",
 ]
+# Aggregates of those: MIN/MAX of decimals, timestamps, dates, strings;
+# SUM of decimals and intervals.
+AGGREGATED = [
+    "MIN({w}.m) < m", "SUM({w}.m) > {k}", "MAX({w}.day) >= day",
+    "ts - MIN({w}.ts) <= INTERVAL '2' SECOND", "MAX({w}.s) <= s", "ANY_VALUE({w}.s) = 'x'",
+    "SUM({w}.dur) > INTERVAL '0.003' SECOND", "MIN(s) < 'y' OR MAX(m) IS NULL",
+]
 # Timestamps and intervals of other rows, generated as int64 nanoseconds.
 TEMPORAL = [
     "ts - FIRST(ts) < INTERVAL '3' SECOND", "LAST({w}.ts) + INTERVAL '1' SECOND <= ts",
@@ -102,7 +109,7 @@ def queries(draw):
     subset = draw(st.lists(st.sampled_from(used), min_size=1, max_size=2, unique=True)) \
         if used else []
     templates = (ROW_LOCAL + STATEFUL + MORE_STATEFUL * 2 + MASKED + TEMPORAL + STRINGS
-                 + DECIMALS + DATES + DECLINED)
+                 + DECIMALS + DATES + AGGREGATED + DECLINED)
     defines = []
     for v in used:
         if draw(st.integers(0, 3)) > 0:
@@ -201,7 +208,7 @@ def other_types_queries(draw):
         text = f"({text}) A"
     defines = []
     for i, v in enumerate(used):
-        other = MASKED + TEMPORAL + STRINGS + DECIMALS + DATES
+        other = MASKED + TEMPORAL + STRINGS + DECIMALS + DATES + AGGREGATED
         t = draw(st.sampled_from(other if i == 0 else other + ROW_LOCAL + STATEFUL))
         w, k = draw(st.sampled_from(used)), draw(st.integers(0, 3))
         defines.append(f"{v} AS {t.format(v=v, w=w, k=k)}")

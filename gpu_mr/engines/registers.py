@@ -70,8 +70,9 @@ nanoseconds as they are loaded, and a column or a sum beyond int64 goes to
 the reference engine, whose integers are unbounded.
 
 Declined (``supports`` says why): matching modes, SKIP TO CURRENT ROW,
-match conditions, DISTINCT and other aggregates (MIN/MAX/SUM/AVG of
-decimals too), zoned timestamps read at rows other than the current one
+match conditions, DISTINCT and other aggregates (and AVG of decimals,
+dates, timestamps; MIN/MAX of those, of intervals and of strings, and SUM
+of decimals and intervals, run exactly on their int64s), zoned timestamps read at rows other than the current one
 (FIRST of a zoned timestamp), month intervals, decimal modulo, strings of
 other rows other than compared, CLASSIFIER at rows the registers do not
 keep, ROUND/LN/EXP/POWER, casts that go through decimals, and interval
@@ -1060,24 +1061,34 @@ class _Gen:
         if agg is None:
             arg = e.args[0]
             akind = self.kind(arg.type)
+            if akind == "l" and self.temporal:
+                akind = "s"                 # a string column's codes
             name = e.name
-            if name in ("SUM", "AVG", "MIN", "MAX") and akind not in ("i", "f", "u"):
+            # int64s exact as the interpreter's values: decimals (unscaled),
+            # timestamps, dates and intervals (nanoseconds), strings (codes)
+            exact = _scale(akind) is not None or akind in ("t", "D", "d", "s")
+            if name == "SUM" and not (akind in ("f", "u") or _scale(akind) is not None
+                                      or akind == "d"):
+                raise _Decline(f"{name} over {arg.type}")
+            if name == "AVG" and akind not in ("i", "f", "u"):
+                raise _Decline(f"{name} over {arg.type}")
+            if name in ("MIN", "MAX", "ANY_VALUE") and not (akind in ("f", "u") or exact
+                                                            or name == "ANY_VALUE"
+                                                            and akind == "b"):
                 raise _Decline(f"{name} over {arg.type}")
             if name in ("COUNT_IF", "BOOL_AND", "BOOL_OR", "EVERY") and akind not in ("b", "u"):
                 raise _Decline(f"{name} over {arg.type}")
-            if name == "ANY_VALUE" and akind not in ("i", "f", "b", "u"):
-                raise _Decline(f"{name} over {arg.type}")
             fn = f"arg_{len(L.aggs)}"
-            agg = _Agg(e, s, akind, fn)
+            agg = _Agg(e, s, "i" if exact else akind, fn)
             agg.err = L.int_slot(0)
             agg.n = L.int_slot(0)
             if name in ("SUM", "AVG"):
-                if akind == "i":
+                if agg.kind == "i":
                     agg.ival, agg.ovf = L.int_slot(0), L.int_slot(0)
                 else:
                     agg.fval, agg.fc = L.float_slot(0.0), L.float_slot(0.0)
             elif name in ("MIN", "MAX", "ANY_VALUE"):
-                if akind == "f":
+                if agg.kind == "f":
                     agg.fval = L.float_slot(0.0)
                 else:
                     agg.ival = L.int_slot(0)
@@ -1089,6 +1100,8 @@ class _Gen:
                 self.plan.arg_sources.append(_Gen(self.plan, -1).argument(arg, fn))
             L.aggs[e] = agg
         kind = self.kind(e.type)
+        if kind == "l" and self.temporal and e.name in ("MIN", "MAX", "ANY_VALUE"):
+            kind = "s"                      # of a string column: its code
         self.emit(f"if R[di, {agg.err}] != 0:")
         self.emit(f"    return R[di, {agg.err}]")
         n = f"R[di, {agg.n}]"
