@@ -70,13 +70,14 @@ nanoseconds as they are loaded, and a column or a sum beyond int64 goes to
 the reference engine, whose integers are unbounded.
 
 Declined (``supports`` says why): matching modes, SKIP TO CURRENT ROW,
-match conditions, DISTINCT and other aggregates (and AVG of decimals,
-dates, timestamps; MIN/MAX of those, of intervals and of strings, and SUM
-of decimals and intervals, run exactly on their int64s), zoned timestamps read at rows other than the current one
-(FIRST of a zoned timestamp), month intervals, decimal modulo, strings of
-other rows other than compared, CLASSIFIER at rows the registers do not
-keep, ROUND/LN/EXP/POWER, casts that go through decimals, and interval
-arithmetic through doubles (an interval divided, or times a double).
+match conditions, DISTINCT and other aggregates, AVG of decimals, dates or
+timestamps (their MIN/MAX, of intervals and strings too, and SUM of
+decimals and intervals run, exactly on their int64s), zoned timestamps
+read at rows other than the current one (FIRST of a zoned timestamp),
+month intervals, decimal modulo, strings of other rows other than
+compared, CLASSIFIER at rows the registers do not keep, ROUND/LN/EXP/POWER,
+casts that go through decimals, and interval arithmetic through doubles
+(an interval divided, or times a double).
 
 Cost: O(rows scanned x live threads x DEFINE cost) per search, no path
 copies; numba compilation (a few seconds) is paid once per query shape
