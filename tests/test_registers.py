@@ -225,60 +225,62 @@ def test_strings_timestamps_and_masked_parts_match_the_reference_engine(clause, 
     assert _compare(clause, table), clause
 
 
-@pytest.mark.parametrize("jit", [False, True])
-def test_timestamps_beyond_int64_nanoseconds_go_to_the_reference_engine(jit):
-    # a sum past int64 nanoseconds in the kernel, and a column in seconds that
-    # no int64 holds in nanoseconds: both exact, as the reference engine is
-    late = [np.datetime64("2262-04-10T00:00:00", "s"), np.datetime64("2262-04-11T00:00:00", "s")]
-    far = [np.datetime64("3000-01-01T00:00:00", "s"), np.datetime64("3000-01-02T00:00:00", "s")]
-    for stamps in (late, far):
-        table = pa.table({"ts": pa.array(np.array(stamps, dtype="datetime64[s]"))})
-        clause = ("ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B) "
-                  "DEFINE B AS A.ts + INTERVAL '10' DAY > ts")
-        q = analyze(parse_clause(clause), table.schema)
-        assert R.supports(q) is None and not R._plan(q).masked
-        data = sort_for_matching(table, q.partition_columns, q.order_keys)
-        want = ReferenceEngine().find_matches(q, data)
-        if jit:
-            pytest.importorskip("numba")
-        got = R.find_matches(q, data, jit=jit)        # a list where the reference ran
-        got = got.to_matches() if hasattr(got, "to_matches") else got
-        assert got == want and len(want) == 1
-        import gpu_mr
-        assert gpu_mr.match_recognize(table, clause, engine="cpu").num_rows == 1
-
-
-def test_dates_beyond_int64_nanoseconds_go_to_the_reference_engine():
-    far = [np.datetime64("3000-01-01"), np.datetime64("3000-01-02")]
-    table = pa.table({"day": pa.array(np.array(far, dtype="datetime64[D]"))})
-    clause = ("ORDER BY day MEASURES COUNT(*) AS n PATTERN (A B) "
-              "DEFINE B AS B.day - A.day <= INTERVAL '1' DAY")
-    q = analyze(parse_clause(clause), table.schema)
-    assert R.supports(q) is None
-    data = sort_for_matching(table, q.partition_columns, q.order_keys)
-    want = ReferenceEngine().find_matches(q, data)
-    got = R.find_matches(q, data, jit=False)
-    assert (got.to_matches() if hasattr(got, "to_matches") else got) == want and len(want) == 1
+def _beyond_int64_cases() -> list:
+    """(table, clause) pairs whose values or results leave int64 in the
+    register machine's form: a timestamp sum past 2262, a column in seconds
+    no int64 holds in nanoseconds, dates past 2262, a decimal product past
+    int64, a decimal no int64 holds."""
+    late = np.array(["2262-04-10T00:00:00", "2262-04-11T00:00:00"], dtype="datetime64[s]")
+    far = np.array(["3000-01-01T00:00:00", "3000-01-02T00:00:00"], dtype="datetime64[s]")
+    stamps = ("ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B) "
+              "DEFINE B AS A.ts + INTERVAL '10' DAY > ts")
+    days = ("ORDER BY day MEASURES COUNT(*) AS n PATTERN (A B) "
+            "DEFINE B AS B.day - A.day <= INTERVAL '1' DAY")
+    products = ("ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
+                "DEFINE B AS B.m * A.m > A.m OR B.m < A.m")
+    big = Decimal(2**62)
+    return [(pa.table({"ts": pa.array(late)}), stamps), (pa.table({"ts": pa.array(far)}), stamps),
+            (pa.table({"day": pa.array(far.astype("datetime64[D]"))}), days)] + [
+        (pa.table({"ts": pa.array(range(3), pa.int64()),
+                   "m": pa.array(values, pa.decimal128(38, 0))}), products)
+        for values in ([big, big, Decimal(3)], [big * 4, Decimal(1), Decimal(2)])]
 
 
 @pytest.mark.parametrize("jit", [False, True])
-def test_decimals_beyond_int64_go_to_the_reference_engine(jit):
-    # a product past int64 in the kernel, and a value no int64 holds
+@pytest.mark.parametrize("case", range(5))
+def test_values_beyond_int64_go_to_the_reference_engine(case, jit):
+    # exact either way: the kernel stops where a value leaves int64, or the
+    # columns are not loaded, and the reference engine runs the partition
     if jit:
         pytest.importorskip("numba")
-    big = Decimal(2**62)
-    for values in ([big, big, Decimal(3)], [big * 4, Decimal(1), Decimal(2)]):
-        table = pa.table({"ts": pa.array(range(3), pa.int64()),
-                          "m": pa.array(values, pa.decimal128(38, 0))})
-        clause = ("ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
-                  "DEFINE B AS B.m * A.m > A.m OR B.m < A.m")
-        q = analyze(parse_clause(clause), table.schema)
-        assert R.supports(q) is None and not R._plan(q).masked
-        data = sort_for_matching(table, q.partition_columns, q.order_keys)
-        want = ReferenceEngine().find_matches(q, data)
-        got = R.find_matches(q, data, jit=jit)        # a list where the reference ran
-        got = got.to_matches() if hasattr(got, "to_matches") else got
-        assert got == want and len(want) == 1
+    table, clause = _beyond_int64_cases()[case]
+    q = analyze(parse_clause(clause), table.schema)
+    assert R.supports(q) is None and not R._plan(q).masked
+    data = sort_for_matching(table, q.partition_columns, q.order_keys)
+    want = ReferenceEngine().find_matches(q, data)
+    got = R.find_matches(q, data, jit=jit)            # a list where the reference ran
+    got = got.to_matches() if hasattr(got, "to_matches") else got
+    assert got == want and len(want) == 1
+    import gpu_mr
+    assert gpu_mr.match_recognize(table, clause, engine="cpu").num_rows == 1
+
+
+def _same_on_registers_as_reference(table: pa.Table, define: str, jit: bool,
+                                    masked_parts: bool = False) -> None:
+    """The register machine runs ``A B+`` with ``define`` (SKIP TO NEXT ROW,
+    partitions by ``p`` where the table has it), with no masked part unless
+    ``masked_parts``, and finds the reference engine's matches (some)."""
+    if jit:
+        pytest.importorskip("numba")
+    by = "PARTITION BY p " if "p" in table.column_names else ""
+    clause = (f"{by}ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO NEXT ROW "
+              f"PATTERN (A B+) DEFINE {define}")
+    q = analyze(parse_clause(clause), table.schema)
+    assert R.supports(q) is None and (masked_parts or not R._plan(q).masked), clause
+    data = sort_for_matching(table, q.partition_columns, q.order_keys)
+    want = _outcome(lambda: ReferenceEngine().find_matches(q, data))
+    assert want and want[0] != "error"
+    assert _outcome(lambda: R.find_matches(q, data, jit=jit).to_matches()) == want, clause
 
 
 _DECIMAL_TABLE = pa.table({
@@ -302,16 +304,7 @@ _DECIMAL_TABLE = pa.table({
     "B AS A.m > B.x OR -A.m < -B.m + 1",
 ])
 def test_decimals_of_other_rows_compute_as_decimals(define, jit):
-    if jit:
-        pytest.importorskip("numba")
-    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n "
-              f"AFTER MATCH SKIP TO NEXT ROW PATTERN (A B+) DEFINE {define}")
-    q = analyze(parse_clause(clause), _DECIMAL_TABLE.schema)
-    assert R.supports(q) is None and not R._plan(q).masked, clause
-    data = sort_for_matching(_DECIMAL_TABLE, q.partition_columns, q.order_keys)
-    want = _outcome(lambda: ReferenceEngine().find_matches(q, data))
-    assert want and want[0] != "error"
-    assert _outcome(lambda: R.find_matches(q, data, jit=jit).to_matches()) == want, clause
+    _same_on_registers_as_reference(_DECIMAL_TABLE, define, jit)
 
 
 _DATE_TABLE = pa.table({
@@ -328,16 +321,7 @@ _DATE_TABLE = pa.table({
     "B AS B.day - A.day = INTERVAL '2' DAY OR A.day > DATE '1970-01-05'",
 ])
 def test_dates_of_other_rows_compute_as_dates(define, jit):
-    if jit:
-        pytest.importorskip("numba")
-    clause = ("ORDER BY ts MEASURES COUNT(*) AS n "
-              f"AFTER MATCH SKIP TO NEXT ROW PATTERN (A B+) DEFINE {define}")
-    q = analyze(parse_clause(clause), _DATE_TABLE.schema)
-    assert R.supports(q) is None and not R._plan(q).masked, clause
-    data = sort_for_matching(_DATE_TABLE, q.partition_columns, q.order_keys)
-    want = _outcome(lambda: ReferenceEngine().find_matches(q, data))
-    assert want and want[0] != "error"
-    assert _outcome(lambda: R.find_matches(q, data, jit=jit).to_matches()) == want, clause
+    _same_on_registers_as_reference(_DATE_TABLE, define, jit)
 
 
 _STRING_TABLE = pa.table({
@@ -358,16 +342,7 @@ _STRING_TABLE = pa.table({
     "B AS B.u BETWEEN A.u AND 'y' AND A.u IN ('c', 'zz', 'q')",
 ])
 def test_strings_of_other_rows_compare_as_strings(define, jit):
-    if jit:
-        pytest.importorskip("numba")
-    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n "
-              f"AFTER MATCH SKIP TO NEXT ROW PATTERN (A B+) DEFINE {define}")
-    q = analyze(parse_clause(clause), _STRING_TABLE.schema)
-    assert R.supports(q) is None, clause
-    data = sort_for_matching(_STRING_TABLE, q.partition_columns, q.order_keys)
-    want = _outcome(lambda: ReferenceEngine().find_matches(q, data))
-    assert want and want[0] != "error"
-    assert _outcome(lambda: R.find_matches(q, data, jit=jit).to_matches()) == want, clause
+    _same_on_registers_as_reference(_STRING_TABLE, define, jit, masked_parts=True)
 
 
 _MASKED_TABLE = pa.table({
