@@ -46,6 +46,7 @@ for the reference engine where a row it reaches raises
 
 Time limits (WITHIN / INTERVAL): each search stops at its row's horizon
 (gpu_mr/horizons.py), as the DFA scan does.
+
 Strings read at other rows (``B.user = A.user``, ``LAST(A.side) = 'buy'``)
 are codes: ``2 * rank + 1`` among the distinct values of every string column
 so read, by code point, a literal compared with them ``2 * rank + 1`` or,
@@ -63,11 +64,11 @@ gives where the interpreter makes one (compared with a double, divided:
 exact below 2**53 and scale 22, else the reference engine).
 
 Timestamps without a time zone, dates (their midnights) and day-to-second
-intervals are int64 nanoseconds, as the interpreter's values are (a date
-plus an interval is floored to its day, as the interpreter's is) (``B.ts - A.ts <= INTERVAL '5'
-MINUTE``, ``LAST(A.ts) + INTERVAL '1' SECOND < ts``): columns are scaled to
-nanoseconds as they are loaded, and a column or a sum beyond int64 goes to
-the reference engine, whose integers are unbounded.
+intervals are int64 nanoseconds, as the interpreter's values are: ``B.ts -
+A.ts <= INTERVAL '5' MINUTE``, ``LAST(A.ts) + INTERVAL '1' SECOND < ts``, a
+date plus an interval floored to its day. Columns are scaled to nanoseconds
+as they are loaded, and a column or a sum beyond int64 goes to the
+reference engine, whose integers are unbounded.
 
 Declined (``supports`` says why): matching modes, SKIP TO CURRENT ROW,
 match conditions, DISTINCT and other aggregates, AVG of decimals, dates or
@@ -665,22 +666,24 @@ def _agg_update(agg: _Agg, v: int) -> list:
 
 # =========================================================== code generation
 
-def _kind(t: T.SqlType, temporal: bool = False) -> str:
+def _kind(t: T.SqlType, loaded: bool = False) -> str:
     """The generated code's kind of SQL type ``t``: i (int64), f (double), b
-    (bool), l (a label: a variable id), u (NULL); with ``temporal`` also t
-    (a TIMESTAMP without time zone), D (a DATE, at its midnight) and d (an
+    (bool), l (a label: a variable id), u (NULL); where ``_load_columns``
+    loads the columns (``loaded``: the register machine's plans; the row
+    passes' kernels read columns in place, in their unit) also t (a
+    TIMESTAMP without time zone), D (a DATE, at its midnight) and d (an
     INTERVAL DAY TO SECOND), int64 nanoseconds as the interpreter's
-    ``_as_ns`` makes them, and m<s> (a DECIMAL of
-    scale s, its unscaled int64) -- the register machine's plans: kernels of
-    the row passes read columns in place, in their unit."""
+    ``_as_ns`` makes them, and m<s> (a DECIMAL of scale s, its unscaled
+    int64). A string column's value there is s (its code: ``_string_codes``),
+    set where it is read."""
     k = t.kind
-    if temporal and k == "DECIMAL":
+    if loaded and k == "DECIMAL":
         return f"m{t.scale}"                # the unscaled int64 at that scale
-    if temporal and k == "TIMESTAMP" and t.tz is None:
+    if loaded and k == "TIMESTAMP" and t.tz is None:
         return "t"
-    if temporal and k == "DATE":
+    if loaded and k == "DATE":
         return "D"                          # its midnight in nanoseconds, as _as_ns
-    if temporal and k == "INTERVAL":
+    if loaded and k == "INTERVAL":
         return "d"
     if k == "BIGINT":
         return "i"
@@ -709,6 +712,8 @@ def _scale(kind: str) -> Optional[int]:
     if kind == "i":
         return 0
     return int(kind[1:]) if kind.startswith("m") else None
+
+
 # (left kind, operator, right kind) of the timestamp and interval arithmetic
 # generated: exact integer nanoseconds in the interpreter too (an interval
 # times a double, or divided, goes through a double there: not generated).
@@ -755,13 +760,14 @@ class _Gen:
         self.n = 0
         self.err_stmt = "return {code}"
         self.strings: dict = {}
-        # timestamps and intervals only where the columns are loaded as
-        # nanoseconds (_load_columns), not in the row passes' plans
-        self.temporal = isinstance(plan, _Plan)
+        # decimals, timestamps, dates, intervals and string codes only where
+        # _load_columns loads the columns in those forms, not in the row
+        # passes' plans (predicates/fused.py, fused_values.py)
+        self.loaded = isinstance(plan, _Plan)
         self.varchar_literals: dict = {}  # generated code of a string literal -> its text
 
     def kind(self, t: T.SqlType) -> str:
-        return _kind(t, self.temporal)
+        return _kind(t, self.loaded)
 
     # ----------------------------------------------------------- plumbing
     def emit(self, line: str) -> None:
@@ -854,7 +860,7 @@ class _Gen:
             code = self.constant("i", self.label_id(e.value))
             self.varchar_literals[code] = e.value
             return code, "False", "l"
-        if lt in ("timestamp", "interval", "date") and self.temporal:
+        if lt in ("timestamp", "interval", "date") and self.loaded:
             value = (e.value - T.EPOCH_DATE).days * _DAY_NS if lt == "date" else e.value
             if not K.INT64_MIN <= value <= K.INT64_MAX:
                 raise _Decline(f"a {lt} literal beyond 64-bit nanoseconds")
@@ -880,7 +886,7 @@ class _Gen:
 
     def _ColumnRef(self, e: A.ColumnRef, row):
         kind = self.kind(e.type)
-        if kind == "l" and self.temporal:
+        if kind == "l" and self.loaded:
             kind = "s"                      # a string as its code (_string_codes)
         if kind in ("l", "u"):
             raise _Decline(f"{e.type} columns are not held in registers")
@@ -1062,7 +1068,7 @@ class _Gen:
         if agg is None:
             arg = e.args[0]
             akind = self.kind(arg.type)
-            if akind == "l" and self.temporal:
+            if akind == "l" and self.loaded:
                 akind = "s"                 # a string column's codes
             name = e.name
             # int64s exact as the interpreter's values: decimals (unscaled),
@@ -1101,7 +1107,7 @@ class _Gen:
                 self.plan.arg_sources.append(_Gen(self.plan, -1).argument(arg, fn))
             L.aggs[e] = agg
         kind = self.kind(e.type)
-        if kind == "l" and self.temporal and e.name in ("MIN", "MAX", "ANY_VALUE"):
+        if kind == "l" and self.loaded and e.name in ("MIN", "MAX", "ANY_VALUE"):
             kind = "s"                      # of a string column: its code
         self.emit(f"if R[di, {agg.err}] != 0:")
         self.emit(f"    return R[di, {agg.err}]")
@@ -1589,14 +1595,15 @@ def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
     named VI<k>/VF<k>."""
     n = data.table.num_rows
     ints, floats, valid_i, valid_f = [], [], [], []
-    masked = _masked_columns(plan, data)
-    if masked is None:
+    # the columns the plan computes: masked parts, string codes
+    computed = _masked_columns(plan, data)
+    if computed is None:
         return None, None, None, True, None
-    masked.update(_string_codes(plan, data))
-    literal_codes = masked.pop(_LITERAL_CODES, None)
+    computed.update(_string_codes(plan, data))
+    literal_codes = computed.pop(_LITERAL_CODES, None)
     for name, (arr, idx, kind) in sorted(plan.columns.items(), key=lambda x: (x[1][0], x[1][1])):
-        if name in masked:
-            values, ok = masked[name]
+        if name in computed:
+            values, ok = computed[name]
             (floats if kind == "f" else ints).append(
                 values if kind == "f" else values.astype(np.int64))
             (valid_f if kind == "f" else valid_i).append(ok)
@@ -1661,10 +1668,11 @@ def _unscaled(col: pa.Array, scale: int) -> Optional[np.ndarray]:
 
 
 def _nanoseconds(col: pa.Array, kind: str) -> Optional[np.ndarray]:
-    """A timestamp (``kind`` t, no time zone) or duration (d) column as
-    int64 nanoseconds, NULLs as 0, as the interpreter holds its values;
-    None when the column is of another type or a value is beyond int64
-    nanoseconds (about the years 1677-2262): the reference engine runs it."""
+    """A timestamp (``kind`` t, no time zone), date (D: its midnight) or
+    duration (d) column as int64 nanoseconds, NULLs as 0, as the
+    interpreter's ``_as_ns`` makes its values; None when the column is of
+    another type or a value is beyond int64 nanoseconds (about the years
+    1677-2262): the reference engine runs it."""
     t = col.type
     if kind == "D":
         if not pa.types.is_date(t):
