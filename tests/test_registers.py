@@ -324,6 +324,23 @@ def test_dates_of_other_rows_compute_as_dates(define, jit):
     _same_on_registers_as_reference(_DATE_TABLE, define, jit)
 
 
+_ZONED_TABLE = pa.table({
+    "ts": pa.array([0, 1, 3, 4, 8, 9, 10, 20], pa.int64()).cast(
+        pa.timestamp("s", tz="America/New_York")),
+    "day": pa.array([0, 0, 0, 0, 0, 0, 0, 1], pa.int32()).cast(pa.date32()),
+})
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("define", [
+    "B AS B.ts - A.ts <= INTERVAL '3' SECOND",      # zoned timestamps are instants
+    "B AS LAST(A.ts) + INTERVAL '2' SECOND > B.ts AND A.ts < TIMESTAMP '1970-01-01 00:00:05'",
+    "B AS B.day > A.ts OR MIN(A.ts) < B.ts - INTERVAL '5' SECOND",
+])
+def test_zoned_timestamps_of_other_rows_compute_as_instants(define, jit):
+    _same_on_registers_as_reference(_ZONED_TABLE, define, jit)
+
+
 _STRING_TABLE = pa.table({
     "p": pa.array([0] * 8 + [1] * 4, pa.int64()),
     "ts": pa.array(range(12), pa.int64()),

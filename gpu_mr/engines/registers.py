@@ -63,22 +63,22 @@ int64 the reference engine), and converted to the double ``float(Decimal)``
 gives where the interpreter makes one (compared with a double, divided:
 exact below 2**53 and scale 22, else the reference engine).
 
-Timestamps without a time zone, dates (their midnights) and day-to-second
-intervals are int64 nanoseconds, as the interpreter's values are: ``B.ts -
-A.ts <= INTERVAL '5' MINUTE``, ``LAST(A.ts) + INTERVAL '1' SECOND < ts``, a
-date plus an interval floored to its day. Columns are scaled to nanoseconds
-as they are loaded, and a column or a sum beyond int64 goes to the
-reference engine, whose integers are unbounded.
+Timestamps (zoned or not: instants, as the interpreter holds them), dates
+(their midnights) and day-to-second intervals are int64 nanoseconds, as the
+interpreter's values are: ``B.ts - A.ts <= INTERVAL '5' MINUTE``,
+``LAST(A.ts) + INTERVAL '1' SECOND < ts``, a date plus an interval floored
+to its day. Columns are scaled to nanoseconds as they are loaded, and a
+column or a sum beyond int64 goes to the reference engine, whose integers
+are unbounded.
 
 Declined (``supports`` says why): matching modes, SKIP TO CURRENT ROW,
 match conditions, DISTINCT and other aggregates, AVG of decimals, dates or
 timestamps (their MIN/MAX, of intervals and strings too, and SUM of
-decimals and intervals run, exactly on their int64s), zoned timestamps
-read at rows other than the current one (FIRST of a zoned timestamp),
-month intervals, decimal modulo, strings of other rows other than
-compared, CLASSIFIER at rows the registers do not keep, ROUND/LN/EXP/POWER,
-casts that go through decimals, and interval arithmetic through doubles
-(an interval divided, or times a double).
+decimals and intervals run, exactly on their int64s), month intervals,
+decimal modulo, strings of other rows other than compared, CLASSIFIER at
+rows the registers do not keep, ROUND/LN/EXP/POWER, casts that go through
+decimals, and interval arithmetic through doubles (an interval divided, or
+times a double).
 
 Cost: O(rows scanned x live threads x DEFINE cost) per search, no path
 copies; numba compilation (a few seconds) is paid once per query shape
@@ -671,7 +671,8 @@ def _kind(t: T.SqlType, loaded: bool = False) -> str:
     (bool), l (a label: a variable id), u (NULL); where ``_load_columns``
     loads the columns (``loaded``: the register machine's plans; the row
     passes' kernels read columns in place, in their unit) also t (a
-    TIMESTAMP without time zone), D (a DATE, at its midnight) and d (an
+    TIMESTAMP, zoned or not: the interpreter's values are instants in both),
+    D (a DATE, at its midnight) and d (an
     INTERVAL DAY TO SECOND), int64 nanoseconds as the interpreter's
     ``_as_ns`` makes them, and m<s> (a DECIMAL of scale s, its unscaled
     int64). A string column's value there is s (its code: ``_string_codes``),
@@ -679,8 +680,8 @@ def _kind(t: T.SqlType, loaded: bool = False) -> str:
     k = t.kind
     if loaded and k == "DECIMAL":
         return f"m{t.scale}"                # the unscaled int64 at that scale
-    if loaded and k == "TIMESTAMP" and t.tz is None:
-        return "t"
+    if loaded and k == "TIMESTAMP":
+        return "t"                          # zoned or not: an instant, as the interpreter's
     if loaded and k == "DATE":
         return "D"                          # its midnight in nanoseconds, as _as_ns
     if loaded and k == "INTERVAL":
@@ -733,13 +734,13 @@ _REGISTER_TYPES = ("BIGINT", "DOUBLE", "BOOLEAN", "UNKNOWN")
 def _needs_mask(e: A.Expr) -> bool:
     """Whether ``e`` computes a value of a type the registers do not hold
     (labels aside: CLASSIFIER and string literals are compared as
-    variable ids; timestamps without a time zone and day-to-second
-    intervals are generated as nanoseconds)."""
+    variable ids; timestamps and day-to-second intervals are generated as
+    nanoseconds)."""
     for n in e.walk():
         t = getattr(n, "type", None)
         if (isinstance(n, A.Expr) and not isinstance(n, (A.Literal, A.Classifier))
                 and t is not None and t.kind not in _REGISTER_TYPES
-                and not (t.kind == "INTERVAL" or t.kind == "TIMESTAMP" and t.tz is None)):
+                and t.kind not in ("INTERVAL", "TIMESTAMP")):
             return True
     return False
 
@@ -1668,7 +1669,7 @@ def _unscaled(col: pa.Array, scale: int) -> Optional[np.ndarray]:
 
 
 def _nanoseconds(col: pa.Array, kind: str) -> Optional[np.ndarray]:
-    """A timestamp (``kind`` t, no time zone), date (D: its midnight) or
+    """A timestamp (``kind`` t, zoned or not), date (D: its midnight) or
     duration (d) column as int64 nanoseconds, NULLs as 0, as the
     interpreter's ``_as_ns`` makes its values; None when the column is of
     another type or a value is beyond int64 nanoseconds (about the years
@@ -1684,8 +1685,7 @@ def _nanoseconds(col: pa.Array, kind: str) -> Optional[np.ndarray]:
         if len(days) and max(-int(days.min()), int(days.max())) > K.INT64_MAX // _DAY_NS:
             return None                      # outside the years 1677-2262
         return days * _DAY_NS
-    if not (pa.types.is_timestamp(t) and t.tz is None if kind == "t"
-            else pa.types.is_duration(t)):
+    if not (pa.types.is_timestamp(t) if kind == "t" else pa.types.is_duration(t)):
         return None
     raw = np.asarray(pc.fill_null(col.cast(pa.int64()), 0).to_numpy(zero_copy_only=False),
                      dtype=np.int64)
