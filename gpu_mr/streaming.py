@@ -198,11 +198,13 @@ class _StreamRunner:
         self.resume: Optional[tuple] = None
         self.partitions_before = 0   # partitions finished before this step's first
         self.look_back, self.look_ahead = physical_reach(query)
-        from .engines.cpu import unsupported_reason
-        # The CPU and GPU engines scan row-local queries batch by batch,
+        from .engines.cpu import choose_path
+        # The CPU and GPU engines scan row-local queries batch by batch, and
+        # run the register machine batch by batch for state-dependent ones,
         # carrying the open search; other engines get whole partitions.
-        self.dfa_path = (engine.name in ("cpu", "gpu") and unsupported_reason(query) is None
-                         and query.empty_matches != "UNMATCHED")
+        path = choose_path(query)[0] if engine.name in ("cpu", "gpu") else None
+        self.dfa_path = path == "dfa" and query.empty_matches != "UNMATCHED"
+        self.register_path = path == "registers" and query.empty_matches != "UNMATCHED"
 
     def _sorted(self, table: pa.Table):
         q = self.query
@@ -216,7 +218,7 @@ class _StreamRunner:
     def feed(self, batch: pa.Table) -> Iterator[pa.Table]:
         if batch.num_rows == 0:
             return
-        if self.carry is not None and not self.dfa_path:
+        if self.carry is not None and not (self.dfa_path or self.register_path):
             # A whole partition is being gathered: while the batch only goes
             # on with it, check the order at the seam and in the batch alone
             # and keep gathering (zero-copy), so each row is checked once.
@@ -240,6 +242,8 @@ class _StreamRunner:
         try:
             if self.dfa_path:
                 out = self._dfa_step(data, final)
+            elif self.register_path:
+                out = self._register_step(data, final)
             else:
                 out = self._whole_partitions_step(data, final)
         except MatchRuntimeError as exc:
@@ -297,6 +301,30 @@ class _StreamRunner:
             self.query, data, *prepared, scan_from=carry.scan_from, continues=carry.continues,
             open_end=not final, end_margin=self.look_ahead, number_base=carry.number_base,
             rows_before=carry.rows_before)
+        return self._carry_on(data, matches, resume, final, carry)
+
+    def _register_step(self, data, final: bool) -> Optional[pa.Table]:
+        """The register machine over this batch (engines/registers.py
+        ``find_matches_in_batch``), the open search carried as the DFA path
+        carries it; where a partition needs the reference engine, whole
+        partitions from here on, the one under way resumed where this path
+        stopped."""
+        from .engines.registers import find_matches_in_batch
+        carry = self.carry or _Carry(None)
+        got = find_matches_in_batch(self.query, data, scan_from=carry.scan_from,
+                                    continues=carry.continues, open_end=not final,
+                                    end_margin=self.look_ahead, number_base=carry.number_base)
+        if got is None:
+            self.register_path = False
+            if self.carry is not None:
+                self.resume = (carry.scan_from, carry.number_base, carry.continues,
+                               carry.rows_before)
+            return self._whole_partitions_step(data, final)
+        return self._carry_on(data, *got, final, carry)
+
+    def _carry_on(self, data, matches, resume: int, final: bool, carry: _Carry):
+        """The output of a batch's matches, the rows kept for the next batch
+        (from its undecided search less PREV's reach) noted."""
         offsets = data.partition_offsets
         if not final:
             last = len(offsets) - 2

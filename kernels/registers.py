@@ -48,6 +48,7 @@ ERROR = 2          # the interpreter raises here: rerun with the reference engin
 FALLBACK = 3       # a value leaves what registers represent exactly: rerun likewise
 GROW = 4           # a buffer is full (detail says which)
 SKIP_ERROR = 5     # AFTER MATCH SKIP TO ... cannot resume: rerun for the exact error
+OPEN = 6           # a stream's batch: the search at ctr[C_POS] needs rows not yet read
 
 # which buffer to grow
 B_THREADS, B_POOL, B_SEEN, B_LOG, B_MATCHES, B_LABELS = range(6)
@@ -57,7 +58,14 @@ B_THREADS, B_POOL, B_SEEN, B_LOG, B_MATCHES, B_LABELS = range(6)
 C_NXT, C_ENT, C_POOL, C_LOG, C_STAMP, C_DETAIL, C_POS, C_NUM, C_M0, C_L0 = range(10)
 # where the next thread list and register rows begin (0 or half the buffer)
 C_TB, C_PB = 10, 11
-N_COUNTERS = 12
+# A stream's batch (0: off, so zeroed counters run whole partitions):
+# C_OPEN_HI, the end row + 1 of the partition the batch leaves open; C_OPEN_AT,
+# the row from which its rows are unknown to a search (the end less NEXT's
+# reach); C_OPEN_HIT, set when a search's outcome depended on them;
+# C_CONT_LO, the first row + 1 of a partition begun in an earlier batch (its
+# first row here is not the partition's: ``^`` never holds there).
+C_OPEN_HI, C_OPEN_AT, C_OPEN_HIT, C_CONT_LO = 12, 13, 14, 15
+N_COUNTERS = 16
 
 SKIP_PAST_LAST_ROW, SKIP_TO_NEXT_ROW, SKIP_TO_FIRST, SKIP_TO_LAST = range(4)
 
@@ -301,15 +309,20 @@ def closure(entry, node, row, q, lo, hi, cut, start, mno, op, out, out2, var,
             stack[sp] = out[s]
             sp += 1
         elif o == ASSERT_START:
-            if q == lo:
+            if q == lo and lo + 1 != ctr[C_CONT_LO]:
                 stack[sp] = out[s]
                 sp += 1
         elif o == ASSERT_END:
             if q == hi:
-                stack[sp] = out[s]
-                sp += 1
+                if hi + 1 == ctr[C_OPEN_HI]:
+                    ctr[C_OPEN_HIT] = 1         # the partition may go on
+                else:
+                    stack[sp] = out[s]
+                    sp += 1
         elif o == ASSERT_NOT:
             fails = True
+            if q >= cut and hi + 1 == ctr[C_OPEN_HI] and q >= ctr[C_OPEN_AT]:
+                ctr[C_OPEN_HIT] = 1             # the row is not read yet
             if q < cut:
                 if ctr[C_POOL] >= pi.shape[0] // 2:
                     ctr[C_DETAIL] = B_POOL
@@ -401,6 +414,10 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
             cut = hi
             if timed and horizon[pos] < hi:
                 cut = horizon[pos]
+            opened = hi + 1 == ctr[C_OPEN_HI]
+            if opened and ctr[C_OPEN_AT] < cut:
+                cut = ctr[C_OPEN_AT]
+            ctr[C_OPEN_HIT] = 0
             st = closure(start_state, 0, 0, pos, lo, hi, cut, pos, mno, op, out, out2, var,
                          pool_i, pool_f, th_state, th_node, th_reg, seen_stamp, seen_head,
                          ent_row, ent_next, stack, ctr, icols, fcols, valid, ci, cf)
@@ -422,6 +439,8 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
                         end_node = th_node[t]
                         break
                     if q >= cut:            # past the partition, or out of time
+                        if opened and q >= ctr[C_OPEN_AT]:
+                            ctr[C_OPEN_HIT] = 1     # or not read yet
                         continue
                     if ctr[C_POOL] >= n_pool:
                         ctr[C_DETAIL] = B_POOL
@@ -457,6 +476,11 @@ def run_partitions(offsets, first_part, start_state, op, out, out2, var, excl, s
                 n_cur = ctr[C_NXT]
                 q += 1
             # ---- the search's outcome
+            if st == DONE and ctr[C_OPEN_HIT] != 0:
+                # undecided until the next batch: the output so far stands
+                ctr[C_POS] = pos
+                ctr[C_NUM] = number
+                return OPEN, part
             length = end - pos
             if st == DONE and end >= 0:
                 if out_ctr[0] >= m_start.shape[0]:

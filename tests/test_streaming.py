@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 pytest.importorskip("numba", reason="the cpu extra (numba) is not installed")
 
 import gpu_mr  # noqa: E402
-from gpu_mr.errors import DataError, GpuMrError  # noqa: E402
+from gpu_mr.errors import DataError, GpuMrError, UnsupportedError  # noqa: E402
 from gpu_mr.streaming import physical_reach  # noqa: E402
 
 from test_cpu_engine import row_local_clauses  # noqa: E402
+from test_registers import queries as register_queries  # noqa: E402
+from test_registers import tables as register_tables  # noqa: E402
 
 FULL = os.environ.get("GPU_MR_FULL_TESTS") == "1"
 
@@ -85,12 +87,58 @@ def test_a_long_partition_in_many_batches():
     assert pa.concat_tables(pieces).equals(want)
 
 
-def test_state_dependent_queries_stream_whole_partitions():
-    t = pa.table({"p": [1, 1, 1, 2, 2, 2], "ts": [1, 2, 3, 1, 2, 3], "x": [1, 2, 3, 3, 2, 5]})
-    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A B+) "
-              "DEFINE B AS x > A.x")
-    got = pa.concat_tables(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=2), clause))
-    assert got.equals(gpu_mr.match_recognize(t, clause))
+def test_state_dependent_queries_stream_batch_by_batch(monkeypatch):
+    # the register machine runs each batch, carrying the search under way
+    # (engines/registers.py find_matches_in_batch), not whole partitions
+    from gpu_mr.engines import registers
+    calls = []
+    real = registers.find_matches_in_batch
+    monkeypatch.setattr(registers, "find_matches_in_batch",
+                        lambda *a, **k: calls.append(a[1].table.num_rows) or real(*a, **k))
+    t = pa.table({"p": [1] * 40, "ts": list(range(40)), "x": [i % 7 for i in range(40)]})
+    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n, MATCH_NUMBER() AS mno "
+              "PATTERN (A B+) DEFINE B AS x > A.x")
+    got = pa.concat_tables(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=4), clause,
+                                                          engine="cpu"))
+    assert got.equals(gpu_mr.match_recognize(t, clause, engine="reference"))
+    # one call a batch and one for the last carry, each on a batch and the few
+    # rows carried, never the whole partition
+    assert len(calls) == 11 and max(calls) < 12, calls
+
+
+@st.composite
+def stateful_streams(draw):
+    """test_registers.py's random state-dependent queries over its random
+    tables, sorted by (p, ts) as a stream arrives."""
+    table = draw(register_tables()).sort_by([("p", "ascending"), ("ts", "ascending")])
+    return draw(register_queries()), table
+
+
+@settings(max_examples=1500 if FULL else 150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(stateful_streams(), st.lists(st.integers(0, 12), max_size=6),
+       st.sampled_from(["ONE ROW PER MATCH", "ALL ROWS PER MATCH"]))
+def test_state_dependent_pieces_equal_the_whole(stream, cuts, rows):
+    clause, table = stream
+    measures = ("MEASURES COUNT(*) AS n, MATCH_NUMBER() AS mno, FIRST(ts) AS first_ts, "
+                "CLASSIFIER() AS cls, PREV(FIRST(a), 2) AS before, NEXT(LAST(c), 1) AS after")
+    clause = clause.replace("MEASURES COUNT(*) AS n", f"{measures} {rows}")
+    try:
+        want = gpu_mr.match_recognize(table, clause, engine="reference")
+    except GpuMrError as exc:
+        with pytest.raises(type(exc)):
+            streamed(table, clause, cuts, engine="cpu")
+        return
+    except Exception:
+        return              # the reference engine's own search limit, say
+    try:
+        got = streamed(table, clause, cuts, engine="cpu")
+    except UnsupportedError:
+        return              # a construct the CPU engine does not run
+    if got is None:
+        assert want.num_rows == 0
+    else:
+        assert got.equals(want), f"\n{clause}\n{cuts}\n{got.to_pylist()}\n{want.to_pylist()}"
 
 
 def test_unsorted_batches_are_a_data_error():
@@ -180,7 +228,7 @@ def test_skip_errors_name_the_partition_counted_over_the_stream():
 
 
 def test_whole_partitions_gathered_over_many_batches():
-    # A state-dependent query streams whole partitions: batches that only
+    # The reference engine streams whole partitions: batches that only
     # continue the open partition are gathered, checked at the seam, and the
     # partition runs once it ends; out-of-order rows are still caught.
     rng = np.random.default_rng(4)
@@ -190,8 +238,10 @@ def test_whole_partitions_gathered_over_many_batches():
          "PATTERN (A B+) DEFINE B AS x > A.x")
     want = gpu_mr.match_recognize(t, q, engine="reference")
     for size in (1, 3, 10):
-        got = pa.concat_tables(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=size), q))
-        assert got.equals(want)
+        for engine in ("reference", "cpu"):     # gathered; batch by batch
+            got = pa.concat_tables(gpu_mr.match_recognize_batches(
+                t.to_batches(max_chunksize=size), q, engine=engine))
+            assert got.equals(want)
     shuffled = t.take(np.r_[0:20, 21, 20, 22:97])
     with pytest.raises(DataError, match="sorted by"):
         list(gpu_mr.match_recognize_batches(shuffled.to_batches(max_chunksize=3), q))

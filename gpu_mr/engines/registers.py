@@ -209,6 +209,71 @@ def find_matches(query: CheckedQuery, data: SortedInput, *, jit: Optional[bool] 
     return _drive(plan, kernel, query, data, icols, fcols, valid, jit, codes)
 
 
+def find_matches_in_batch(query: CheckedQuery, data: SortedInput, scan_from: int = 0,
+                          continues: bool = False, open_end: bool = False,
+                          end_margin: int = 0, number_base: int = 0) -> Optional[tuple]:
+    """One batch of a stream (streaming.py): ``(matches, resume)`` as
+    ``engines.cpu.scan_to_matches`` gives them for the DFA path, or None
+    when a partition would go to the reference engine (the stream then
+    gathers whole partitions). Searches of the first partition start at row
+    ``scan_from`` (rows before it are PREV's look-back) numbering their
+    matches after ``number_base``; with ``continues`` that partition began
+    in an earlier batch (``^`` does not hold at its first row here). With
+    ``open_end`` the last partition goes on in the next batch: its rows from
+    ``end_margin`` before its end are unknown to a search (NEXT's reach), and
+    the first search whose outcome depends on them is left undecided:
+    ``resume`` is its start (else the last partition's end). Why: a
+    partition spanning many batches is matched batch by batch, carrying
+    only the rows from that search on, so memory does not grow with it."""
+    plan = _plan(query)
+    n = data.table.num_rows
+    offsets = np.asarray(data.partition_offsets, dtype=np.int64)
+    if n == 0 or len(offsets) < 2:
+        return MatchArrays.empty(), int(offsets[-1]) if len(offsets) else 0
+    jit = _use_jit(plan.source, n)
+    kernel = plan.kernel(jit)
+    icols, fcols, valid, fallback, codes = _load_columns(plan, data, jit)
+    if fallback:
+        return None
+    init_i = np.array(plan.layout.init_i or [0], dtype=np.int64)
+    init_f = np.array(plan.layout.init_f or [0.0], dtype=np.float64)
+    ci, cf = plan.constants(jit, codes)
+    horizon, timed = offsets, False
+    if query.time_limit is not None:
+        from ..horizons import row_horizons
+        horizon, timed = row_horizons(query, data), True
+    buf = _Buffers(plan, n)
+    ctr = buf.ctr
+    if scan_from > offsets[0] or number_base:
+        ctr[K.C_POS], ctr[K.C_NUM], ctr[K.C_M0], ctr[K.C_L0] = scan_from, number_base, 0, 0
+    if continues:
+        ctr[K.C_CONT_LO] = offsets[0] + 1
+    resume = int(offsets[-1])
+    if open_end:
+        ctr[K.C_OPEN_HI] = offsets[-1] + 1
+        ctr[K.C_OPEN_AT] = max(int(offsets[-2]), int(offsets[-1]) - end_margin)
+    out_ctr = np.zeros(2, dtype=np.int64)
+    part = 0
+    while True:
+        bf = buf
+        status, stop = kernel(
+            offsets, part, plan.start_state, plan.op, plan.out, plan.out2, plan.var, plan.excl,
+            plan.skip_kind, plan.skip_set, init_i, init_f, bf.th_state, bf.th_node, bf.th_reg,
+            bf.pool_i, bf.pool_f, bf.seen_stamp, bf.seen_head, bf.ent_row, bf.ent_next,
+            bf.stack, bf.log_par, bf.log_var, bf.log_exc, bf.ctr, icols, fcols, valid, ci, cf,
+            bf.m_part, bf.m_num, bf.m_start, bf.m_end, bf.labels, bf.lexc, out_ctr, horizon,
+            timed)
+        if status == K.GROW:
+            buf.grow(int(buf.ctr[K.C_DETAIL]))
+            part = int(stop)
+            continue
+        if status == K.OPEN:
+            resume = int(buf.ctr[K.C_POS])
+        elif status != K.DONE:
+            return None
+        return _take(buf, out_ctr), resume
+
+
 def _use_jit(source: str, n: int) -> bool:
     """Whether ``n`` rows of the query shape ``source`` run compiled (see
     ``JIT_MIN_ROWS``); rows left to the plain kernel are counted."""
