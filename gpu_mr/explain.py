@@ -131,7 +131,8 @@ def _cpu_path(query: CheckedQuery) -> list:
         return ["register machine: NFA simulation in preferment order whose threads carry "
                 "registers (last rows, running aggregates) for the DEFINEs that read the "
                 "match so far, compiled per query shape (plain Python for a shape's first "
-                "20,000 rows of small inputs); ranges of partitions on all cores"
+                "20,000 rows of small inputs); ranges of partitions on all cores; in a stream, "
+                "batch by batch, a search under way at a batch's end carried to the next"
                 + _masked_parts(query)]
     from .predicates import fused
     masked = [v for v in query.primary_vars if v in query.defines]
