@@ -59,16 +59,17 @@ def match_recognize_batches(batches, clause: str, engine: str = "auto") -> Itera
         The clause body, as for :func:`gpu_mr.match_recognize`.
     engine : {"auto", "gpu", "cpu", "reference"}
         The engine for each piece; ``auto`` picks as ``match_recognize`` does.
-        For row-local DEFINEs the CPU and GPU engines carry a partition's
-        open search from batch to batch; otherwise each partition is
-        gathered whole.
+        The CPU and GPU engines carry a partition's open search from batch
+        to batch (row-local DEFINEs on the DFA path, state-dependent ones on
+        the register machine); otherwise each partition is gathered whole.
 
     Yields
     ------
     pyarrow.Table
         Consecutive pieces of the result; concatenated, they equal
         ``gpu_mr.match_recognize`` over all the rows. An empty stream yields
-        nothing (there is no schema to type an empty result).
+        nothing; its clause is still parsed, and checked against the schema
+        of a Table or RecordBatchReader.
 
     Raises
     ------
@@ -88,11 +89,14 @@ def match_recognize_batches(batches, clause: str, engine: str = "auto") -> Itera
     if not isinstance(clause, str):
         raise GpuMrError(f"the clause must be a string of SQL, not {type(clause).__name__}",
                          code="bad_argument")
+    parsed = parse_clause(clause)           # its errors whatever the batches hold
     stream = _batches(batches)
     first = next(stream, None)
     if first is None:
+        schema = getattr(batches, "schema", None)
+        if isinstance(schema, pa.Schema):
+            analyze(parsed, frames.plain_schema(schema))
         return
-    parsed = parse_clause(clause)
     query = analyze(parsed, first.schema)
     yield from run_stream(query, engines.choose(query, engine), _chain(first, stream))
 

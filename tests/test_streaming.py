@@ -352,3 +352,17 @@ def test_anchors_guards_and_next_of_state_dependent_streams(pattern, define):
         got = pa.concat_tables(gpu_mr.match_recognize_batches(
             t.to_batches(max_chunksize=size), clause, engine="cpu"))
         assert got.equals(want), (size, got.to_pylist(), want.to_pylist())
+
+
+def test_an_empty_stream_still_checks_its_clause():
+    # nothing to match, but a clause that can never run is an error at once
+    from gpu_mr.errors import AnalysisError, SqlSyntaxError
+    empty = pa.table({"ts": pa.array([], pa.int64()), "s": pa.array([], pa.string())})
+    ok = "ORDER BY ts MEASURES COUNT(*) AS n PATTERN (A) DEFINE A AS s = 'x'"
+    assert list(gpu_mr.match_recognize_batches(empty, ok)) == []
+    clash = ("ORDER BY ts MEASURES COUNT(*) AS s ALL ROWS PER MATCH PATTERN (A) "
+             "DEFINE A AS s = 'x'")
+    with pytest.raises(AnalysisError, match="name of an input column"):
+        list(gpu_mr.match_recognize_batches(empty, clash))
+    with pytest.raises(SqlSyntaxError):
+        list(gpu_mr.match_recognize_batches([], "ORDER BY ts PATTERN (A"))
