@@ -63,6 +63,9 @@ MASKED = [
     "AVG(LENGTH({w}.s)) >= 1", "COUNT_IF(CLASSIFIER() = '{w}' AND s = 'x') < {k}",
     "SUM(10 / LENGTH({w}.s)) > {k}",
     "ts > PREV(ts) AND dur IS NOT NULL AND COUNT(*) > {k}",
+    # ... and of another variable's row: read at its last row (no row: NULLs)
+    "UPPER({w}.s) <> 'Y' OR {w}.a > a", "LENGTH({w}.s) > {k}", "COALESCE({w}.s, 'q') = 'q'",
+    "{w}.s LIKE 'x%' AND COUNT(*) > 1", "10 / LENGTH({w}.s) > 3 OR a > {k}",
 ]
 # Strings of other rows, generated as codes that order as the strings do.
 STRINGS = [
@@ -266,7 +269,8 @@ def test_values_beyond_int64_go_to_the_reference_engine(case, jit):
 
 
 def _same_on_registers_as_reference(table: pa.Table, define: str, jit: bool,
-                                    masked_parts: bool = False) -> None:
+                                    masked_parts: bool = False,
+                                    pattern: str = "(A B+)") -> None:
     """The register machine runs ``A B+`` with ``define`` (SKIP TO NEXT ROW,
     partitions by ``p`` where the table has it), with no masked part unless
     ``masked_parts``, and finds the reference engine's matches (some)."""
@@ -274,7 +278,7 @@ def _same_on_registers_as_reference(table: pa.Table, define: str, jit: bool,
         pytest.importorskip("numba")
     by = "PARTITION BY p " if "p" in table.column_names else ""
     clause = (f"{by}ORDER BY ts MEASURES COUNT(*) AS n AFTER MATCH SKIP TO NEXT ROW "
-              f"PATTERN (A B+) DEFINE {define}")
+              f"PATTERN {pattern} DEFINE {define}")
     q = analyze(parse_clause(clause), table.schema)
     assert R.supports(q) is None and (masked_parts or not R._plan(q).masked), clause
     data = sort_for_matching(table, q.partition_columns, q.order_keys)
@@ -318,7 +322,7 @@ _DATE_TABLE = pa.table({
     "B AS B.day - INTERVAL '1' SECOND = A.day",     # floored to the day before
     "B AS A.day + INTERVAL '36' HOUR = B.day",      # floored to the next day
     "B AS A.day + 2 > B.day AND B.day <> A.day",
-    "B AS B.day - A.day = INTERVAL '2' DAY OR A.day > DATE '1970-01-05'",
+    "B AS B.day - A.day = INTERVAL '2' DAY OR LAST(A.day) > DATE '1970-01-05'",
 ])
 def test_dates_of_other_rows_compute_as_dates(define, jit):
     _same_on_registers_as_reference(_DATE_TABLE, define, jit)
@@ -339,6 +343,18 @@ _ZONED_TABLE = pa.table({
 ])
 def test_zoned_timestamps_of_other_rows_compute_as_instants(define, jit):
     _same_on_registers_as_reference(_ZONED_TABLE, define, jit)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("define", [
+    "B AS UPPER(A.u) = 'M' OR B.u = A.u",        # A may have no row: NULL, then UPPER NULL
+    "B AS COALESCE(LOWER(A.u), 'none') = 'none'",   # no row: COALESCE gives 'none'
+    "B AS A.u LIKE '%x' OR A.u IS NULL",
+    "B AS LENGTH(PREV(A.u)) = 1 AND B.u > A.u",  # PREV of A's last row
+])
+def test_parts_at_another_variables_row(define, jit):
+    _same_on_registers_as_reference(_STRING_TABLE, define, jit, masked_parts=True,
+                                    pattern="(A? B+)")
 
 
 _STRING_TABLE = pa.table({

@@ -42,7 +42,9 @@ decimal: ``E.type = 'Earthquake'``, ``page LIKE 'cart%'``, ``ts > PREV(ts)``
 evaluates it once for all rows (exactly, three-valued, with the rows where
 it raises), and the generated code reads that column at the row, stopping
 for the reference engine where a row it reaches raises
-(:meth:`_Plan.mask_column`).
+(:meth:`_Plan.mask_column`). A part reading only another variable's row
+(``UPPER(A.name) = 'X'`` in B's DEFINE) is read so at that variable's last
+row, or, with none yet, as its value over NULLs.
 
 Time limits (WITHIN / INTERVAL): each search stops at its row's horizon
 (gpu_mr/horizons.py), as the DFA scan does.
@@ -428,10 +430,13 @@ class _Plan(ColumnSlots):
                 self.skip_set[v] = True
 
     def mask_column(self, e: A.Expr, v: int) -> Optional[tuple]:
-        """The column names ``(values, failed)`` of ``e``, a part of the
-        DEFINE of variable ``v`` evaluated at the current row (``v`` < 0: of
-        an aggregate's argument, at the aggregated row: its columns all of
-        one variable, no CLASSIFIER, which varies with the row's label), when
+        """``(values column, failed column, at, no_row)`` of ``e``, a part of
+        the DEFINE of variable ``v`` evaluated at the current row, or (``at``)
+        at the last row of the one other variable whose columns it reads
+        (``no_row``: its value with no such row yet, see
+        :func:`_no_row_value`); ``v`` < 0: of an aggregate's argument, at the
+        aggregated row (its columns all of one variable, no CLASSIFIER,
+        which varies with the row's label). When
         it is read as a column rather than generated: it reads only the row and
         its PREV/NEXT, it involves values the registers do not hold (a
         string, a timestamp, a decimal: ``_needs_mask``), it yields one they
@@ -444,20 +449,33 @@ class _Plan(ColumnSlots):
         if (isinstance(e, (A.Literal, A.ColumnRef)) or e.type is None
                 or e.type.kind not in masks.VALUE_DTYPES or not _needs_mask(e)):
             return None
+        nodes = list(e.walk())
+        quals = {n.var for n in nodes if isinstance(n, A.ColumnRef)}
+        at = no_row = None
         if v >= 0:
             var = self.query.primary_vars[v]
+            other = quals - {None, var}
+            if (len(quals) == 1 and other and v not in self.sets[next(iter(other))]
+                    and not any(isinstance(n, A.Classifier) for n in nodes)):
+                # every column of another variable's row: read at its last row
+                at = var = other.pop()
         else:
-            nodes = list(e.walk())
-            quals = {n.var for n in nodes if isinstance(n, A.ColumnRef)} - {None}
+            quals -= {None}
             if len(quals) > 1 or any(isinstance(n, A.Classifier) for n in nodes):
                 return None
             var = quals.pop() if quals else self.query.primary_vars[0]
         if _history_dependent(e, var) or masks.supports(e, var, self.query) is not None:
             return None
+        if at is not None:
+            no_row = _no_row_value(e, var, self.query)
+            if no_row is None:
+                return None
         k = len(self.masked)
-        self.masked.append((var, e, f"DEFINE {var}" if v >= 0 else "an aggregate's argument"))
+        where = (f"DEFINE {self.query.primary_vars[v]}" if v >= 0 else "an aggregate's argument")
+        self.masked.append((var, e, where + (f", at {at}'s last row" if at else "")))
         kind = _kind(e.type)
-        return self.column(f"{MASKED_PREFIX}{k}", kind), self.column(f"{MASKED_PREFIX}{k}!", "i")
+        return (self.column(f"{MASKED_PREFIX}{k}", kind),
+                self.column(f"{MASKED_PREFIX}{k}!", "i"), at, no_row)
 
     # ---------------------------------------------------------- the module
     def _module_source(self) -> str:
@@ -796,6 +814,25 @@ MASKED_PREFIX = "\0masked"
 _REGISTER_TYPES = ("BIGINT", "DOUBLE", "BOOLEAN", "UNKNOWN")
 
 
+def _no_row_value(e: A.Expr, var: str, query: CheckedQuery) -> Optional[tuple]:
+    """``(value, valid, raises)`` of the row-local part ``e`` when its
+    variable ``var`` has no row yet: every column it reads NULL, as the
+    interpreter reads them (masks.py over one row of NULLs). None when that
+    cannot be evaluated."""
+    from ..errors import GpuMrError
+    from ..predicates import masks
+    schema = query.input_schema
+    try:
+        table = pa.table({f.name: pa.nulls(1, f.type) for f in schema}, schema=schema)
+        data = SortedInput(table, np.array([0, 1], dtype=np.int64), None, True)
+        values, valid, failed = masks.evaluate_values(e, var, query, data)
+    except (GpuMrError, pa.ArrowException, ValueError, TypeError):
+        return None
+    value = values[0].item()
+    return (float(value) if values.dtype.kind == "f" else int(value), bool(valid[0]),
+            bool(failed[0]))
+
+
 def _needs_mask(e: A.Expr) -> bool:
     """Whether ``e`` computes a value of a type the registers do not hold
     (labels aside: CLASSIFIER and string literals are compared as
@@ -893,21 +930,40 @@ class _Gen:
             raise _Decline(f"{type(e).__name__} expressions are not compiled")
         return method(e, row)
 
-    def read_masked(self, values: tuple, failed: tuple) -> tuple:
-        """A masked part at the current row: its column's value and NULL
-        flag; where evaluating it raises, the search stops and the
-        partition goes to the reference engine (which raises exactly), as
-        for any error here."""
+    def read_masked(self, values: tuple, failed: tuple, at: Optional[str],
+                    no_row: Optional[tuple]) -> tuple:
+        """A masked part at the current row (``at`` None) or at the last row
+        of variable ``at`` (``no_row``: its value, validity and failure with
+        no such row, every column NULL): its column's value and NULL flag;
+        where evaluating it raises, the search stops and the partition goes
+        to the reference engine (which raises exactly), as for any error
+        here."""
         arr, idx, kind = values
         farr, fidx, _ = failed
         val, nul = self.tmp()
-        self.emit(f"if {farr}[{fidx}][q] != 0:")
+        test = " != 0" if kind == "b" else ""
+        r = "q"
+        if at is not None:
+            r = self.tmp()[0]
+            self.emit(f"{r} = {self.last_row(at)}")
+            value, valid, raises = no_row
+            self.emit(f"if {r} < 0:")
+            self.depth += 1
+            if raises:
+                self.fail(2)
+            self.emit(f"{val} = {self.constant('f' if kind == 'f' else 'i', value)}{test}")
+            self.emit(f"{nul} = {not valid}")
+            self.depth -= 1
+            self.emit("else:")
+            self.depth += 1
+        self.emit(f"if {farr}[{fidx}][{r}] != 0:")
         self.depth += 1
         self.fail(2)
         self.depth -= 1
-        test = " != 0" if kind == "b" else ""
-        self.emit(f"{val} = {arr}[{idx}][q]{test}")
-        self.emit(f"{nul} = not {self.valid(arr, idx)}[q]")
+        self.emit(f"{val} = {arr}[{idx}][{r}]{test}")
+        self.emit(f"{nul} = not {self.valid(arr, idx)}[{r}]")
+        if at is not None:
+            self.depth -= 1
         return val, nul, kind
 
     def _Literal(self, e: A.Literal, row):
