@@ -366,3 +366,21 @@ def test_an_empty_stream_still_checks_its_clause():
         list(gpu_mr.match_recognize_batches(empty, clash))
     with pytest.raises(SqlSyntaxError):
         list(gpu_mr.match_recognize_batches([], "ORDER BY ts PATTERN (A"))
+
+
+@pytest.mark.parametrize("size", [5, 17, 64, 1000])
+def test_state_dependent_batches_holding_many_partitions(size):
+    # a batch's partitions between its first and its last run whole, as in
+    # match_recognize; the first (carried) and the last (open) on their own
+    rng = np.random.default_rng(11)
+    sizes = [3, 40, 1, 25, 7, 60, 2, 33]
+    t = pa.table({"p": np.repeat(np.arange(len(sizes)), sizes),
+                  "ts": np.concatenate([np.arange(k) for k in sizes]),
+                  "x": rng.integers(0, 9, sum(sizes))})
+    clause = ("PARTITION BY p ORDER BY ts MEASURES COUNT(*) AS n, MATCH_NUMBER() AS mno, "
+              "FIRST(A.ts) AS s PATTERN (A B+ C) DEFINE B AS x <= A.x, C AS x > MAX(B.x)")
+    want = gpu_mr.match_recognize(t, clause, engine="reference")
+    assert want.num_rows > 10 and len(set(want.column("p").to_pylist())) >= 5
+    got = pa.concat_tables(gpu_mr.match_recognize_batches(t.to_batches(max_chunksize=size),
+                                                          clause, engine="cpu"))
+    assert got.equals(want)

@@ -244,22 +244,65 @@ def find_matches_in_batch(query: CheckedQuery, data: SortedInput, scan_from: int
     if query.time_limit is not None:
         from ..horizons import row_horizons
         horizon, timed = row_horizons(query, data), True
-    buf = _Buffers(plan, n)
-    ctr = buf.ctr
+    first: dict = {}                         # the first partition's counters
     if scan_from > offsets[0] or number_base:
-        ctr[K.C_POS], ctr[K.C_NUM], ctr[K.C_M0], ctr[K.C_L0] = scan_from, number_base, 0, 0
+        first.update({K.C_POS: scan_from, K.C_NUM: number_base, K.C_M0: 0, K.C_L0: 0})
     if continues:
-        ctr[K.C_CONT_LO] = offsets[0] + 1
-    resume = int(offsets[-1])
+        first[K.C_CONT_LO] = offsets[0] + 1
+    last: dict = {}                          # the last partition's
     if open_end:
-        ctr[K.C_OPEN_HI] = offsets[-1] + 1
-        ctr[K.C_OPEN_AT] = max(int(offsets[-2]), int(offsets[-1]) - end_margin)
+        last = {K.C_OPEN_HI: offsets[-1] + 1,
+                K.C_OPEN_AT: max(int(offsets[-2]), int(offsets[-1]) - end_margin)}
+    n_parts = len(offsets) - 1
+    args = (plan, kernel, init_i, init_f, icols, fcols, valid, ci, cf, horizon, timed)
+    # The first partition and the last run alone (they begin and end with
+    # the batch: their counters preset); those between are whole
+    # partitions, run as find_matches runs them (the reference engine for
+    # one that raises); the jobs together on all cores.
+    jobs = [(0, 1)]
+    if n_parts > 2:
+        jobs.append((1, n_parts - 1))
+        if jit and int(offsets[-2] - offsets[1]) >= PARALLEL_MIN_ROWS:
+            inner = split(offsets[1:n_parts] - offsets[1])
+            jobs = [(0, 1)] + ([(lo + 1, hi + 1) for lo, hi in inner] or jobs[1:])
+    if n_parts > 1:
+        jobs.append((n_parts - 1, n_parts))
+
+    def job(a: int, b: int):
+        if a == 0 or a == n_parts - 1:
+            presets = {**(first if a == 0 else {}), **(last if b == n_parts else {})}
+            return _run_alone(*args, offsets, a, presets)
+        return _drive_range(plan, kernel, query, data, icols, fcols, valid, offsets, a, b,
+                            init_i, init_f, ci, cf, horizon, timed)
+    results = run_pieces(job, jobs) if jit and n >= PARALLEL_MIN_ROWS and len(jobs) > 1 \
+        else [job(a, b) for a, b in jobs]
+    chunks: list = []
+    for (a, b), got in zip(jobs, results):
+        if a == 0 or a == n_parts - 1:
+            if got is None:
+                return None
+            chunks.append(got[0])
+            resume = got[1]                  # the last partition's, when several
+        else:
+            chunks += got
+    return _concat(chunks), resume
+
+
+def _run_alone(plan: _Plan, kernel, init_i, init_f, icols, fcols, valid, ci, cf, horizon,
+               timed: bool, offsets, part: int, presets: dict) -> Optional[tuple]:
+    """Partition ``part`` of ``offsets`` alone, its counters preset (a
+    stream's first or last partition in a batch): (matches, resume: where
+    its undecided search begins, else its end), or None when it would go
+    to the reference engine."""
+    ranged = offsets[part:part + 2]
+    buf = _Buffers(plan, int(ranged[1] - ranged[0]))
+    for k, value in presets.items():
+        buf.ctr[k] = value
     out_ctr = np.zeros(2, dtype=np.int64)
-    part = 0
     while True:
         bf = buf
-        status, stop = kernel(
-            offsets, part, plan.start_state, plan.op, plan.out, plan.out2, plan.var, plan.excl,
+        status, _ = kernel(
+            ranged, 0, plan.start_state, plan.op, plan.out, plan.out2, plan.var, plan.excl,
             plan.skip_kind, plan.skip_set, init_i, init_f, bf.th_state, bf.th_node, bf.th_reg,
             bf.pool_i, bf.pool_f, bf.seen_stamp, bf.seen_head, bf.ent_row, bf.ent_next,
             bf.stack, bf.log_par, bf.log_var, bf.log_exc, bf.ctr, icols, fcols, valid, ci, cf,
@@ -267,13 +310,14 @@ def find_matches_in_batch(query: CheckedQuery, data: SortedInput, scan_from: int
             timed)
         if status == K.GROW:
             buf.grow(int(buf.ctr[K.C_DETAIL]))
-            part = int(stop)
             continue
         if status == K.OPEN:
             resume = int(buf.ctr[K.C_POS])
-        elif status != K.DONE:
+        elif status == K.DONE:
+            resume = int(ranged[1])
+        else:
             return None
-        return _take(buf, out_ctr), resume
+        return _take(buf, out_ctr, part), resume
 
 
 def _use_jit(source: str, n: int) -> bool:
