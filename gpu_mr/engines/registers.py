@@ -300,14 +300,8 @@ def _run_alone(plan: _Plan, kernel, init_i, init_f, icols, fcols, valid, ci, cf,
         buf.ctr[k] = value
     out_ctr = np.zeros(2, dtype=np.int64)
     while True:
-        bf = buf
-        status, _ = kernel(
-            ranged, 0, plan.start_state, plan.op, plan.out, plan.out2, plan.var, plan.excl,
-            plan.skip_kind, plan.skip_set, init_i, init_f, bf.th_state, bf.th_node, bf.th_reg,
-            bf.pool_i, bf.pool_f, bf.seen_stamp, bf.seen_head, bf.ent_row, bf.ent_next,
-            bf.stack, bf.log_par, bf.log_var, bf.log_exc, bf.ctr, icols, fcols, valid, ci, cf,
-            bf.m_part, bf.m_num, bf.m_start, bf.m_end, bf.labels, bf.lexc, out_ctr, horizon,
-            timed)
+        status, _ = _call_kernel(plan, kernel, buf, ranged, 0, init_i, init_f, icols, fcols,
+                                 valid, ci, cf, out_ctr, horizon, timed)
         if status == K.GROW:
             buf.grow(int(buf.ctr[K.C_DETAIL]))
             continue
@@ -1765,8 +1759,8 @@ def _load_columns(plan: _Plan, data: SortedInput, jit: bool) -> tuple:
     computed = _masked_columns(plan, data)
     if computed is None:
         return None, None, None, True, None
-    computed.update(_string_codes(plan, data))
-    literal_codes = computed.pop(_LITERAL_CODES, None)
+    codes, literal_codes = _string_codes(plan, data)
+    computed.update(codes)
     for name, (arr, idx, kind) in sorted(plan.columns.items(), key=lambda x: (x[1][0], x[1][1])):
         if name in computed:
             values, ok = computed[name]
@@ -1862,20 +1856,17 @@ def _nanoseconds(col: pa.Array, kind: str) -> Optional[np.ndarray]:
     return raw * scale
 
 
-_LITERAL_CODES = "\0literal codes"
-
-
-def _string_codes(plan: _Plan, data: SortedInput) -> dict:
+def _string_codes(plan: _Plan, data: SortedInput) -> tuple:
     """The string columns the code reads at other rows (kind s), as codes
     that compare as the strings do: ``2 * rank + 1`` of each value among the
     distinct values of all those columns, sorted by code point (Arrow sorts
     UTF-8 bytes, which is that order; Python compares ``str`` so); a literal
     compared with them gets its rank's odd code, or ``2 * (values below
-    it)`` when absent, so ``=`` and ``<`` agree with the strings'. name ->
-    (codes, validity), and ``_LITERAL_CODES`` -> {ci slot: code}."""
+    it)`` when absent, so ``=`` and ``<`` agree with the strings'.
+    ``({name: (codes, validity)}, {ci slot: literal's code})``."""
     names = [name for name, (_, _, kind) in plan.columns.items() if kind == "s"]
     if not names:
-        return {}
+        return {}, {}
     cols = []
     for name in names:
         col = data.table.column(name)
@@ -1894,11 +1885,10 @@ def _string_codes(plan: _Plan, data: SortedInput) -> dict:
         out[name] = (codes * 2 + 1, ok)
     literal = {}
     for slot, text in plan.string_literals:
-        found = pc.index_in(pa.array([text], pa.large_string()), value_set=values)[0].as_py()
         below = int(pc.sum(pc.less(values, pa.scalar(text, pa.large_string()))).as_py() or 0)
-        literal[slot] = 2 * found + 1 if found is not None else 2 * below
-    out[_LITERAL_CODES] = literal
-    return out
+        present = below < len(values) and values[below].as_py() == text
+        literal[slot] = 2 * below + 1 if present else 2 * below
+    return out, literal
 
 
 def _masked_columns(plan: _Plan, data: SortedInput) -> Optional[dict]:
@@ -2010,14 +2000,8 @@ def _drive_range(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, ic
     part = 0
     out_ctr = np.zeros(2, dtype=np.int64)
     while part < b - a:
-        bf = buf
-        status, stop = kernel(
-            ranged, part, plan.start_state, plan.op, plan.out, plan.out2, plan.var, plan.excl,
-            plan.skip_kind, plan.skip_set, init_i, init_f, bf.th_state, bf.th_node, bf.th_reg,
-            bf.pool_i, bf.pool_f, bf.seen_stamp, bf.seen_head, bf.ent_row, bf.ent_next,
-            bf.stack, bf.log_par, bf.log_var, bf.log_exc, bf.ctr, icols, fcols, valid, ci, cf,
-            bf.m_part, bf.m_num, bf.m_start, bf.m_end, bf.labels, bf.lexc, out_ctr, horizon,
-            timed)
+        status, stop = _call_kernel(plan, kernel, buf, ranged, part, init_i, init_f, icols,
+                                    fcols, valid, ci, cf, out_ctr, horizon, timed)
         if status == K.DONE:
             break
         if status == K.GROW:
@@ -2033,6 +2017,20 @@ def _drive_range(plan: _Plan, kernel, query: CheckedQuery, data: SortedInput, ic
         part = int(stop) + 1
     chunks.append(_take(buf, out_ctr, a))
     return chunks
+
+
+def _call_kernel(plan: _Plan, kernel, buf: "_Buffers", offsets, part: int, init_i, init_f,
+                 icols, fcols, valid, ci, cf, out_ctr, horizon, timed: bool) -> tuple:
+    """One call of the kernel (``run_partitions``) over ``offsets`` from
+    partition ``part``, with the plan's program and ``buf``'s buffers:
+    (status, partition where it stopped)."""
+    return kernel(
+        offsets, part, plan.start_state, plan.op, plan.out, plan.out2, plan.var, plan.excl,
+        plan.skip_kind, plan.skip_set, init_i, init_f, buf.th_state, buf.th_node, buf.th_reg,
+        buf.pool_i, buf.pool_f, buf.seen_stamp, buf.seen_head, buf.ent_row, buf.ent_next,
+        buf.stack, buf.log_par, buf.log_var, buf.log_exc, buf.ctr, icols, fcols, valid, ci, cf,
+        buf.m_part, buf.m_num, buf.m_start, buf.m_end, buf.labels, buf.lexc, out_ctr, horizon,
+        timed)
 
 
 def _take(buf: _Buffers, out_ctr, part_base: int = 0) -> MatchArrays:

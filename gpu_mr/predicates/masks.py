@@ -282,12 +282,7 @@ class MaskProgram:
         """The mask and, per row, whether (and with which error) it fails;
         raises nothing for data. See :class:`MaskResult`."""
         ctx = _ctx if _ctx is not None else _Context(data, now or _default_now())
-        try:
-            with np.errstate(all="ignore"):
-                v = _Eval(ctx, self.query, self.var).eval(self.expr)
-        except _Reject as r:          # the data's types differ from the query's schema
-            raise UnsupportedError(f"DEFINE {self.var} cannot be a mask: {r}", engine=ENGINE,
-                                   construct=self.expr.to_sql()) from None
+        v = _evaluate(ctx, self.query, self.var, self.expr, f"DEFINE {self.var} cannot be a mask")
         holds = v.valid & v.values if v.kind == "BOOLEAN" else np.zeros(ctx.n, dtype=bool)
         if v.err is None:
             return MaskResult(holds, np.zeros(ctx.n, dtype=bool))
@@ -425,12 +420,8 @@ def evaluate_values(expr: A.Expr, defining_var: str, query: CheckedQuery, data: 
     if kind not in VALUE_DTYPES:
         raise ValueError(f"evaluate_values gives {', '.join(VALUE_DTYPES)} values, not {kind}")
     ctx = _Context(data, now or _default_now())
-    try:
-        with np.errstate(all="ignore"):
-            v = _Eval(ctx, query, defining_var).eval(expr)
-    except _Reject as r:
-        raise UnsupportedError(f"{expr.to_sql()} cannot be evaluated as a column: {r}",
-                               engine=ENGINE, construct=expr.to_sql()) from None
+    v = _evaluate(ctx, query, defining_var, expr,
+                  f"{expr.to_sql()} cannot be evaluated as a column")
     n = ctx.n
     if v.kind == "UNKNOWN":                # a NULL literal, typed by its context
         return (np.zeros(n, dtype=VALUE_DTYPES[kind]), np.zeros(n, dtype=bool),
@@ -438,6 +429,17 @@ def evaluate_values(expr: A.Expr, defining_var: str, query: CheckedQuery, data: 
     values = np.asarray(v.values, dtype=VALUE_DTYPES[kind])
     failed = np.zeros(n, dtype=bool) if v.err is None else v.err != 0
     return values, np.asarray(v.valid, dtype=bool), failed
+
+
+def _evaluate(ctx: "_Context", query: CheckedQuery, var: str, expr: A.Expr, what: str) -> "_Vec":
+    """``expr`` (a part of the DEFINE of ``var``) over ``ctx``'s rows;
+    UnsupportedError ``what: reason`` when the data's types differ from the
+    query's schema."""
+    try:
+        with np.errstate(all="ignore"):
+            return _Eval(ctx, query, var).eval(expr)
+    except _Reject as r:
+        raise UnsupportedError(f"{what}: {r}", engine=ENGINE, construct=expr.to_sql()) from None
 
 
 def evaluate_masks(query: CheckedQuery, data: SortedInput, *, now: Optional[dict] = None) -> tuple:
