@@ -58,6 +58,7 @@ import numpy as np
 
 from . import buffers as B
 from . import scan as S
+from .prefetch import prefetch
 from .scan import register_jitable
 from .threads import run_pieces, split, thread_count
 
@@ -467,6 +468,8 @@ def walk_matches(first, last, ends, codes, row_keys, lineage, thread_shift, star
 WALK_EDGES = 4
 WALK_EXTREMES = 2
 WALK_LANDINGS = 4
+# How many matches ahead the walk asks for rows (4 and 32 measured slower).
+PREFETCH_MATCHES = 16
 
 
 def toward_min(key, orient):
@@ -565,6 +568,26 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
     for i in range(last - 1, first - 1, -1):
         ui = np.uint64(i)
         end = ends[ui]
+        # the rows of the match PREFETCH_MATCHES on asked for now: each
+        # match's exit is a mispredicted branch the CPU cannot load past, so
+        # where matches lie far apart each waited for its rows from memory
+        # (v_shape, 1e7 rows in one partition, 170k matches: the walk 15.0
+        # -> 5.7 ms of core time; 100 partitions, denser: 22.8 -> 20.5)
+        if i - PREFETCH_MATCHES >= first:
+            ahead = np.uint64(ends[ui - np.uint64(PREFETCH_MATCHES)] - 1)
+            prefetch(row_keys, ahead)
+            if n_ext > 0:
+                prefetch(keys0, ahead - ulo)
+                if n_ext > 1:
+                    prefetch(keys1, ahead - ulo)
+            if n_edge > 0:
+                prefetch(edges0, ahead - ulo)
+                if n_edge > 1:
+                    prefetch(edges1, ahead - ulo)
+                    if n_edge > 2:
+                        prefetch(edges2, ahead - ulo)
+                        if n_edge > 3:
+                            prefetch(edges3, ahead - ulo)
         q = np.uint64(end)
         c = codes[ui]
         t = np.int64(c - 2)

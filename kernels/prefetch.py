@@ -1,0 +1,52 @@
+"""A software prefetch for the compiled CPU kernels.
+
+What: ``prefetch(array, index)`` asks the CPU to bring ``array[index]``'s
+cache line in (LLVM's ``llvm.prefetch``: a read, kept in every level); it
+never faults, so an index past the array is harmless. In plain Python (the
+bodies run without numba, or under the CUDA simulator) it does nothing.
+Why: a kernel whose loop stops at data the CPU cannot predict (the walk
+leaves each match at a row it learns only on reading it) cannot run its
+loads ahead past that branch, so where matches are far apart each one waits
+for its rows from memory; asking for them a few matches ahead overlaps
+those waits (kernels/unanchored.py ``walk_measures``).
+"""
+
+from __future__ import annotations
+
+
+def prefetch(array, index) -> None:
+    """Bring ``array[index]``'s cache line in (compiled); nothing here."""
+    return None
+
+
+try:
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic, overload
+
+    @intrinsic
+    def _llvm_prefetch(typingctx, array, index):
+        """``llvm.prefetch(&array[index], read, locality 3, data)``."""
+        if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+            return None
+        sig = types.void(array, index)
+
+        def codegen(context, builder, signature, args):
+            array_type = signature.args[0]
+            view = context.make_array(array_type)(context, builder, args[0])
+            # no bounds check: a prefetch past the end is dropped, never faults
+            pointer = cgutils.get_item_pointer(context, builder, array_type, view, [args[1]],
+                                               wraparound=False, boundscheck=False)
+            i32 = ir.IntType(32)
+            fn_type = ir.FunctionType(ir.VoidType(), [pointer.type, i32, i32, i32])
+            fn = cgutils.get_or_insert_function(builder.module, fn_type, "llvm.prefetch.p0")
+            builder.call(fn, [pointer, ir.Constant(i32, 0), ir.Constant(i32, 3),
+                              ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+        return sig, codegen
+
+    @overload(prefetch, target="cpu")
+    def _prefetch_typed(array, index):
+        return lambda array, index: _llvm_prefetch(array, index)
+except ImportError:                  # the plain body still runs without numba
+    pass

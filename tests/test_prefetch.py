@@ -1,0 +1,34 @@
+"""kernels/prefetch.py: a hint that changes no result and never faults."""
+
+import numpy as np
+import pytest
+
+from gpu_mr.kernels.prefetch import prefetch
+
+numba = pytest.importorskip("numba")
+
+
+@numba.njit
+def _sum_with_hints(values, hints):
+    """The sum of ``values``, hinting at ``values[hints[i]]`` before each row."""
+    total = values.dtype.type(0)
+    for i in range(values.shape[0]):
+        prefetch(values, hints[i % hints.shape[0]])
+        total += values[i]
+    return total
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.int32, np.int64, np.float64, np.uint64])
+def test_compiled_prefetch_changes_nothing_and_never_faults(dtype):
+    values = np.arange(1, 1001).astype(dtype)
+    # in range, at the end, far past it, and an unsigned index wrapped
+    # below zero (what the walk computes for a match before its piece)
+    hints = np.array([0, 999, 1000, 1 << 40, np.iinfo(np.uint64).max], dtype=np.uint64)
+    assert _sum_with_hints(values, hints) == values.sum()
+    assert _sum_with_hints(values, hints.astype(np.int64)[:4]) == values.sum()
+
+
+def test_plain_prefetch_does_nothing():
+    values = np.arange(3)
+    assert prefetch(values, 10) is None
+    assert _sum_with_hints.py_func(values, np.array([5], np.int64)) == 3
