@@ -104,11 +104,37 @@ def run_pieces(fn, pieces: list) -> list:
 
 
 def run_all(fn, items: list) -> list:
-    """``[fn(item) for item in items]`` on the shared pool (the first item on
-    the calling thread), at most :func:`thread_count` at a time."""
-    if len(items) <= 1 or thread_count() <= 1:
+    """``[fn(item) for item in items]`` on the shared pool, at most
+    :func:`thread_count` at a time: each thread (the calling one too) takes
+    the next item not yet taken until none is left, so items of unequal
+    cost even out. The first failing item's exception is raised, once
+    every thread has stopped."""
+    workers = min(thread_count(), len(items))
+    if workers <= 1:
         return [fn(item) for item in items]
-    pool = _executor(thread_count() - 1)
-    futures = [pool.submit(fn, item) for item in items[1:]]
-    first = fn(items[0])
-    return [first] + [f.result() for f in futures]
+    results: list = [None] * len(items)
+    failed: dict = {}
+    lock = threading.Lock()
+    taken = [0]
+
+    def drain() -> None:
+        while True:
+            with lock:
+                i = taken[0]
+                taken[0] += 1
+            if i >= len(items):
+                return
+            try:
+                results[i] = fn(items[i])
+            except BaseException as exc:      # raised below, in item order
+                failed[i] = exc
+    # one drain per thread, not a future per item: the pool's threads would
+    # take the items one by one while the calling thread did only the first
+    pool = _executor(workers - 1)
+    futures = [pool.submit(drain) for _ in range(workers - 1)]
+    drain()
+    for f in futures:
+        f.result()
+    if failed:
+        raise failed[min(failed)]
+    return results

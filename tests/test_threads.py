@@ -62,3 +62,32 @@ def test_a_forked_child_gets_a_pool_of_its_own():
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_run_all_keeps_every_thread_busy(monkeypatch):
+    """Every thread takes items until none is left: four items that each
+    wait for a second one to run beside them all pass on two threads (with
+    a future per item, the pool's one thread ran items 1-3 alone, one by
+    one, while the calling thread did item 0)."""
+    import threading
+    monkeypatch.setattr(threads, "thread_count", lambda: 2)
+    monkeypatch.setattr(threads, "_pool", None)      # a pool of one thread, made here
+    together = threading.Barrier(2, timeout=10)
+
+    def item(i):
+        together.wait()
+        return i * i
+    assert threads.run_all(item, list(range(4))) == [0, 1, 4, 9]
+
+
+def test_run_all_raises_the_first_failing_item(monkeypatch):
+    monkeypatch.setattr(threads, "thread_count", lambda: 2)
+
+    def item(i):
+        if i in (3, 5):
+            raise ValueError(f"item {i}")
+        return i
+    with pytest.raises(ValueError, match="item 3"):
+        threads.run_all(item, list(range(8)))
+    assert threads.run_all(item, [0, 1, 2]) == [0, 1, 2]
+    assert threads.run_all(item, []) == []
