@@ -60,7 +60,7 @@ from . import buffers as B
 from . import scan as S
 from .prefetch import prefetch
 from .scan import register_jitable
-from .threads import run_pieces, split, thread_count
+from .threads import run_all, run_pieces, split, thread_count
 
 # UnanchoredTables.match_thread's mark of an empty match (pattern/dfa.py).
 EMPTY_MATCH = -2
@@ -887,14 +887,29 @@ def _cpu_kernels(compiled: bool = True) -> tuple:
     return _compiled[0]
 
 
-def _in_pieces(run, work_before, threads: bool) -> list:
+# Pieces per thread the measured walk is cut into, taken by the threads as
+# they come free: its cost per match varies with the data more than its
+# estimate (rows spanned, matches) says (v_shape, 100 partitions: one
+# piece a thread left one core idle 1.4 ms of 11).
+PIECES_PER_THREAD = 4
+
+
+def _in_pieces(run, work_before, threads: bool, per_thread: int = 1) -> list:
     """``run(lo, hi)`` over jobs ``0 .. len(work_before)-2`` cut into ranges
     of about equal work (``work_before``: the work before each job, as an
-    offsets array), on the thread pool when ``threads``."""
+    offsets array), on the thread pool when ``threads``: one range a thread,
+    or ``per_thread`` ranges a thread taken as threads come free (not for
+    the scan, whose ranges pair partitions on one thread and cut long ones
+    into speculative chunks by the thread count: finer ranges slowed it)."""
     jobs = len(work_before) - 1
     if jobs <= 0:
         return []
-    return run_pieces(run, split(work_before) if threads else [(0, jobs)])
+    if not threads:
+        return [run(0, jobs)]
+    if per_thread <= 1:
+        return run_pieces(run, split(work_before))
+    pieces = split(work_before, per_thread * thread_count())
+    return run_all(lambda piece: run(*piece), pieces)
 
 
 def chunk_rows(offsets: np.ndarray) -> int:
@@ -1260,7 +1275,7 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     # One hand-off to the thread pool for all the pieces (the kernel drops
     # the GIL), not a parallel launch per chunk of the columns; pieces of
     # about equal rows (matches are longer in some partitions than others).
-    _in_pieces(run, _rows_before_groups(ends, n_groups), compiled)
+    _in_pieces(run, _rows_before_groups(ends, n_groups), compiled, PIECES_PER_THREAD)
     np.cumsum(label_offsets[1:], out=label_offsets[1:])
 
     def paths() -> tuple:
