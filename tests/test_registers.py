@@ -793,3 +793,35 @@ def test_errors_over_partition_ranges_are_the_reference_engines(monkeypatch, thr
     want = _outcome(lambda: ReferenceEngine().find_matches(q, data))
     got = _outcome(lambda: R.find_matches(q, data, jit=True).to_matches())
     assert want[0] == "error" and got == want, (got, want)
+
+
+# ------------------------------------------- possessive guards in the compiled kernel
+
+@pytest.mark.parametrize("pattern,guards", [("(A B+ C)", False), ("(A B++ C)", True),
+                                            ("(A B*+ C?)", True)])
+def test_the_guard_branch_is_compiled_only_where_the_pattern_has_a_guard(pattern, guards):
+    """The generated module says whether its pattern holds an ASSERT_NOT guard
+    (kernels/registers.py GUARDS): without one, numba prunes the branch and
+    the predicates are not inlined into it (seconds of compile time)."""
+    q = _query(f"ORDER BY ts MEASURES COUNT(*) AS n PATTERN {pattern} "
+               "DEFINE B AS B.a > A.a, C AS a < PREV(a)")
+    plan = R._Plan(q)
+    assert ("GUARDS = False" not in plan.source) is guards
+    assert guards == any(op == K.ASSERT_NOT for op in plan.op.tolist())
+
+
+def test_compiled_possessive_guard_matches_reference():
+    """A possessive run in a state-dependent pattern, compiled: the guard's
+    branch (which reads the predicates at the row after the run) is kept."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(7)
+    n = 400
+    table = pa.table({"symbol": pa.array(rng.choice(["x", "y"], n)),
+                      "ts": pa.array(np.arange(n)),
+                      "price": pa.array(np.round(rng.random(n) * 4, 1)),
+                      "volume": pa.array(rng.integers(0, 9, n))})
+    for pattern in ("(A B++ C)", "(A B*+ C?)"):
+        clause = ("PARTITION BY symbol ORDER BY ts MEASURES COUNT(*) AS n "
+                  f"AFTER MATCH SKIP TO NEXT ROW PATTERN {pattern} "
+                  "DEFINE B AS B.price >= A.price, C AS price < PREV(price)")
+        assert _compare(clause, table, jit=True)

@@ -451,9 +451,10 @@ class _Plan(ColumnSlots):
             expr = q.defines.get(name)
             if expr is not None:
                 self.pred_sources[self.var_ids[name]] = _Gen(self, self.var_ids[name]).pred(expr)
-        self.source = self._module_source()
         program = compile_nfa(q.pattern, q.primary_vars)
         insts = program.insts
+        guards = any(i.op == K.ASSERT_NOT for i in insts)
+        self.source = self._module_source() + ("" if guards else "GUARDS = False\n")
         self.start_state = program.start
         self.op = np.array([i.op for i in insts], dtype=np.int64)
         self.out = np.array([i.out for i in insts], dtype=np.int64)
