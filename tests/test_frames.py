@@ -573,6 +573,24 @@ def _frames_of_every_numpy_kind():
     yield pd.DataFrame({"f": [np.nan]})
 
 
+@pytest.mark.parametrize("at", [0, 5, 9])
+def test_pandas_floats_checked_for_nan_in_pieces(at, monkeypatch):
+    """The NaN check of a pandas float or datetime column runs in pieces on
+    threads: a NaN (NaT) in any piece makes a NULL."""
+    from gpu_mr.kernels import threads
+    monkeypatch.setattr(threads, "MIN_WORK", 1)
+    monkeypatch.setattr(threads, "thread_count", lambda: 3)
+    f = np.arange(10, dtype=np.float64)
+    f[at] = np.nan
+    t = pd.Series(np.arange(10).astype("datetime64[s]"))
+    t[at] = pd.NaT
+    got, _ = to_arrow(pd.DataFrame({"f": f, "t": t}))
+    assert got.column("f").to_pylist()[at] is None
+    assert got.column("f").null_count == 1
+    assert got.column("t").to_pylist()[at] is None
+    assert got.column("t").null_count == 1
+
+
 @pytest.mark.parametrize("df", list(_frames_of_every_numpy_kind()))
 def test_pandas_conversion_equals_arrows(df):
     # Float, datetime64 and timedelta64 columns are converted over their own
@@ -710,8 +728,13 @@ def test_fused_string_and_number_pass(seed, monkeypatch):
     if seed % 4 == 2:                               # aligned chunks
         t = pa.concat_tables([t.slice(0, cut), t.slice(cut)])
     elif seed % 4 == 3:             # chunks that do not line up (a pandas string column's)
-        t = pa.table({"s": pa.chunked_array([t.column("s").combine_chunks().slice(0, cut),
-                                             t.column("s").combine_chunks().slice(cut)]),
+        cuts = [0, cut, n]
+        if seed >= 8:               # more chunks than MANY_CHUNKS, each "long"
+            cuts = sorted(set([0, n] + rng.integers(1, n - 1, 24).tolist()))
+            monkeypatch.setattr(frames, "CHUNK_MIN_ROWS", 1)
+        strings = t.column("s").combine_chunks()
+        t = pa.table({"s": pa.chunked_array([strings.slice(a, b - a)
+                                             for a, b in zip(cuts, cuts[1:])]),
                       "x": t.column("x").combine_chunks()})
     taken = []
     fused = frames._fused_pass
