@@ -49,7 +49,8 @@ length) per match for the walk and the copy; 2 bytes per row of row keys
 (4 past 65,535 keys). The measured walk reads a key per walked row for
 each MIN/MAX and two words per match for each edge value, loads off its
 chain of lookups (on v_shape, 1e7 rows: about 2 ns a walked row more,
-where the measures' own passes took about 7).
+where the measures' own passes took about 7), and asks for the rows of the
+match ``PREFETCH_MATCHES`` ahead (kernels/prefetch.py).
 """
 
 from __future__ import annotations
