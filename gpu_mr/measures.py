@@ -62,7 +62,7 @@ from .kernels import gather as G
 from .kernels import segmented as segmented_kernels
 from .kernels.segmented import (EVERY_ROW, Segments, find_members,
                                 segmented_arg_extreme, segmented_count, segmented_sum)
-from .kernels.threads import run_pieces, split, split_even, thread_count
+from .kernels.threads import least, run_pieces, split, split_even, thread_count
 from .strings import repeat_strings
 from .pattern.nfa import compile_nfa, edge_variables
 from .syntax import ast as A
@@ -849,7 +849,7 @@ def _rows_valid(rows: np.ndarray, known: Optional[dict] = None) -> Optional[np.n
     if hit is not None and hit[0] is rows:
         negative = hit[1]
     else:
-        negative = bool(rows.size and rows.min() < 0)
+        negative = bool(rows.size and least(rows) < 0)
         if known is not None:
             known[id(rows)] = (rows, negative)
     return (rows >= 0).view(np.uint8) if negative else None
@@ -1049,7 +1049,7 @@ class _Vectors:
             self._stop = ma.label_offsets[1:]
         else:
             match = rows.match
-            if match.size and match.min() < 0:      # WITH UNMATCHED ROWS
+            if match.size and least(match) < 0:     # WITH UNMATCHED ROWS
                 self.has = match >= 0
                 mi = np.where(self.has, match, 0)
             else:                                   # every output row has a match
@@ -1693,7 +1693,7 @@ class _Vectors:
             got = self.walked.get(("extreme", ref.resolved, e.name == "MAX", ids))
             if got is not None:         # from the engine's walk: row and value per match
                 rows, words = got
-                valid = None if not rows.size or rows.min() >= 0 else (rows >= 0).view(np.uint8)
+                valid = None if not rows.size or least(rows) >= 0 else (rows >= 0).view(np.uint8)
                 arr = _fixed_array(self._fixed(ref.resolved), words, valid)
                 target = ref.type.arrow()
                 return arr if arr.type == target else arr.cast(target)

@@ -91,3 +91,17 @@ def test_run_all_raises_the_first_failing_item(monkeypatch):
         threads.run_all(item, list(range(8)))
     assert threads.run_all(item, [0, 1, 2]) == [0, 1, 2]
     assert threads.run_all(item, []) == []
+
+
+@pytest.mark.parametrize("at", [0, 4, 9])
+def test_least_is_numpys_min_in_pieces(at, monkeypatch):
+    monkeypatch.setattr(threads, "MIN_WORK", 1)
+    monkeypatch.setattr(threads, "thread_count", lambda: 3)
+    values = np.arange(10, dtype=np.float64) + 5
+    values[at] = -1.0
+    assert threads.least(values) == -1.0
+    values[at] = np.nan                         # a NaN wins in whichever piece it lies
+    assert np.isnan(threads.least(values))
+    ints = np.arange(10, dtype=np.int64)
+    ints[at] = np.iinfo(np.int64).min
+    assert threads.least(ints) == ints.min()
