@@ -236,11 +236,11 @@ def vectorised_reason(query: CheckedQuery, e: A.Expr) -> Optional[str]:
 def output_rows(query: CheckedQuery, data: SortedInput, ma: MatchArrays) -> OutputRows:
     """The output rows of ``query`` over ``ma`` (for ALL ROWS, ``ma`` must be
     in partition order; match order within a partition is kept)."""
+    if query.rows_per_match == "ONE":
+        return _OneRowPerMatch(ma)
     start, end = ma.start, ma.end
     first, nxt = ma.label_offsets[:-1], ma.label_offsets[1:]
     empty = end < start
-    if query.rows_per_match == "ONE":
-        return _OneRowPerMatch(ma)
     if not ma.excluded.any() and not empty.any():
         # the usual case: every row of every match, in match order
         total = ma.labels.shape[0]
@@ -1310,7 +1310,10 @@ class _Vectors:
         """Rows per match."""
         got = self._cache.get(("lengths",))
         if got is None:
-            got = self._cache[("lengths",)] = np.diff(self.ma.label_offsets)
+            got = self.walked.get(("lengths",))        # the engine's walk counted them
+            if got is None:
+                got = np.diff(self.ma.label_offsets)
+            self._cache[("lengths",)] = got
         return got
 
     def _none_empty(self) -> bool:
@@ -1318,7 +1321,7 @@ class _Vectors:
         got = self._cache.get(("none empty",))
         if got is None:
             lengths = self._lengths()
-            got = self._cache[("none empty",)] = not lengths.size or bool(lengths.min() > 0)
+            got = self._cache[("none empty",)] = not lengths.size or bool(least(lengths) > 0)
         return got
 
     def _cumulative(self, ids) -> tuple:

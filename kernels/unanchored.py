@@ -1213,7 +1213,7 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     label_offsets, paths, walked)``: ``paths()`` gives ``(labels,
     excluded)`` on demand (a second walk, from the row keys kept);
     ``walked``: ``{"numbers": each match's number in its partition, from 1
-    (computed in passing), "edges": uint64 (edges x matches), "ext_rows": int64
+    (computed in passing), "lengths": its rows, "edges": uint64 (edges x matches), "ext_rows": int64
     (extremes x matches), "ext_values": per extreme its values as uint64
     words, "ext_nan": bool per extreme, "landings": int64 rows (landings x
     matches, -1 none)}``."""
@@ -1223,8 +1223,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
                                                                         stream)
     m = ends.shape[0]
     starts = B.empty(m, np.int64)
-    # the walk writes each match's length after its label offset; one
-    # cumulative sum then makes the offsets (no pass over starts and ends)
+    # the walk writes each match's length (COUNT(*)); one cumulative sum
+    # then makes the label offsets (no pass over starts and ends)
+    lengths = B.empty(m, np.int64)
     label_offsets = B.empty(m + 1, np.int64)
     label_offsets[0] = 0
     n_edge, n_ext = walk.edge_col.shape[0], walk.ext_col.shape[0]
@@ -1265,7 +1266,7 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
             if max(m0, first) < min(m1, last):
                 kernels[4](np.int64(max(m0, first)), np.int64(min(m1, last)), ends, codes,
                            row_keys, lineage, np.int64(thread_shift), starts,
-                           label_offsets[1:], np.int64(lo), np.int64(n_edge), *edges,
+                           lengths, np.int64(lo), np.int64(n_edge), *edges,
                            walk.edge_end, *edge_outs, np.int64(n_ext), keys[0], walk.ext_member[0],
                            orient[0], none[0], keys[1], walk.ext_member[1], orient[1],
                            none[1], *ext_rows, ext_val[0], ext_val[1], ext_nan,
@@ -1277,12 +1278,12 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     # the GIL), not a parallel launch per chunk of the columns; pieces of
     # about equal rows (matches are longer in some partitions than others).
     _in_pieces(run, _rows_before_groups(ends, n_groups), compiled, PIECES_PER_THREAD)
-    np.cumsum(label_offsets[1:], out=label_offsets[1:])
+    np.cumsum(lengths, out=label_offsets[1:])
 
     def paths() -> tuple:
         got = _labels(ends, codes, row_keys, tables, B.empty(m, np.int64), kernels, compiled)
         return got[1], got[2]
-    walked = {"numbers": numbers, "edges": edge_out, "ext_rows": ext_row, "landings": land_out,
+    walked = {"numbers": numbers, "lengths": lengths, "edges": edge_out, "ext_rows": ext_row, "landings": land_out,
               "ext_values": [v.view(np.uint64) for v in ext_val[:n_ext]],
               "ext_nan": ext_nan.any(axis=0)[:n_ext]}
     return (starts, ends, partitions, _errors(offsets, resume), label_offsets, paths, walked)

@@ -382,9 +382,10 @@ def _walked(request: tuple, got: dict) -> dict:
     MAX, variable ids or None)`` -> (row, words) per match; none for a
     MIN/MAX that met a NaN (Python's answer then depends on the order);
     ``("landing", variable ids, "FIRST" or "LAST")`` -> row per match, -1
-    none."""
+    none; ``("lengths",)`` -> rows per match."""
     _, _, edges, extremes, landings = request
     out = {("edge",) + key: got["edges"][j] for j, key in enumerate(edges)}
+    out[("lengths",)] = got["lengths"]
     out.update({("landing",) + key: got["landings"][j] for j, key in enumerate(landings)})
     for j, key in enumerate(extremes):
         if not got["ext_nan"][j]:
