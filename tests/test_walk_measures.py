@@ -133,9 +133,16 @@ def test_walk_gives_what_the_labels_give(pattern, data, compiled):
           landings=landings)
 
 
-def test_groups_across_chunk_borders_and_in_parallel():
+@pytest.mark.parametrize("min_work", [None, 1000])
+def test_groups_across_chunk_borders_and_in_parallel(min_work, monkeypatch):
     # Past WALK_CHUNK matches (several groups), borders inside groups and
-    # inside matches, groups on several threads, against the plain bodies.
+    # inside matches, groups on several threads, against the plain bodies;
+    # with min_work, in PIECES_PER_THREAD pieces a thread of three, taken as
+    # threads come free (threads.run_all).
+    if min_work is not None:
+        from gpu_mr.kernels import threads
+        monkeypatch.setattr(threads, "MIN_WORK", min_work)
+        monkeypatch.setattr(U, "thread_count", lambda: 3)
     rng = np.random.default_rng(5)
     n = 250_000                                     # about 20,000 matches
     bits = rng.choice([1, 2, 4, 6], n).tolist()
