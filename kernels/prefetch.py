@@ -8,7 +8,10 @@ Why: a kernel whose loop stops at data the CPU cannot predict (the walk
 leaves each match at a row it learns only on reading it) cannot run its
 loads ahead past that branch, so where matches are far apart each one waits
 for its rows from memory; asking for them a few matches ahead overlaps
-those waits (kernels/unanchored.py ``walk_measures``).
+those waits (kernels/unanchored.py ``walk_measures``). And a loop that
+reads two arrays in short bursts by turns can leave the hardware's own
+prefetcher behind (kernels/frames_kernels.py: a block's offsets, then its
+bytes).
 """
 
 from __future__ import annotations
@@ -19,10 +22,20 @@ def prefetch(array, index) -> None:
     return None
 
 
+def prefetch_range(array, lo, hi) -> None:
+    """:func:`prefetch` every cache line of ``array[lo:hi]``."""
+    for k in range(lo, hi, max(1, LINE_BYTES // array.itemsize)):
+        prefetch(array, k)
+
+
+# The cache line of the x86 and ARM server cores these kernels run on.
+LINE_BYTES = 64
+
+
 try:
     from llvmlite import ir
     from numba.core import cgutils, types
-    from numba.extending import intrinsic, overload
+    from numba.extending import intrinsic, overload, register_jitable
 
     @intrinsic
     def _llvm_prefetch(typingctx, array, index):
@@ -48,5 +61,7 @@ try:
     @overload(prefetch, target="cpu")
     def _prefetch_typed(array, index):
         return lambda array, index: _llvm_prefetch(array, index)
+
+    prefetch_range = register_jitable(prefetch_range)
 except ImportError:                  # the plain body still runs without numba
     pass

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gpu_mr.kernels.prefetch import prefetch
+from gpu_mr.kernels.prefetch import prefetch, prefetch_range
 
 numba = pytest.importorskip("numba")
 
@@ -32,3 +32,17 @@ def test_plain_prefetch_does_nothing():
     values = np.arange(3)
     assert prefetch(values, 10) is None
     assert _sum_with_hints.py_func(values, np.array([5], np.int64)) == 3
+
+
+@numba.njit
+def _sum_with_range_hints(values, lo, hi):
+    prefetch_range(values, lo, hi)
+    return values.sum()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32, np.int64])
+def test_prefetch_range_changes_nothing_past_the_end_either(dtype):
+    values = np.arange(100).astype(dtype)
+    for lo, hi in [(0, 100), (90, 400), (1000, 1200), (5, 5)]:
+        assert _sum_with_range_hints(values, lo, hi) == values.sum()
+        assert _sum_with_range_hints.py_func(values, lo, hi) == values.sum()
