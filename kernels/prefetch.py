@@ -3,7 +3,8 @@
 What: ``prefetch(array, index)`` asks the CPU to bring ``array[index]``'s
 cache line in (LLVM's ``llvm.prefetch``: a read, kept in every level); it
 never faults, so an index past the array is harmless. In plain Python (the
-bodies run without numba, or under the CUDA simulator) it does nothing.
+bodies run without numba, or under the CUDA simulator) and in CUDA device
+code it does nothing.
 Why: a kernel whose loop stops at data the CPU cannot predict (the walk
 leaves each match at a row it learns only on reading it) cannot run its
 loads ahead past that branch, so where matches are far apart each one waits
@@ -61,6 +62,13 @@ try:
     @overload(prefetch, target="cpu")
     def _prefetch_typed(array, index):
         return lambda array, index: _llvm_prefetch(array, index)
+
+    # every other target (the CUDA device functions compiled from the same
+    # bodies, kernels/gpu_measures.py): nothing; numba takes the cpu one above
+    # where it applies, the most specific
+    @overload(prefetch, target="generic")
+    def _prefetch_elsewhere(array, index):
+        return lambda array, index: None
 
     prefetch_range = register_jitable(prefetch_range)
 except ImportError:                  # the plain body still runs without numba

@@ -25,6 +25,7 @@ from typing import Optional
 import numpy as np
 
 from . import buffers as B
+from .prefetch import prefetch
 from .threads import run_pieces, split, split_even
 
 INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
@@ -34,6 +35,13 @@ COMPENSATED_SUM = sum([1e100, 1.0, -1e100]) != 0.0
 # Below this many elements the plain Python bodies cost at most a few ms and
 # never wait for numba to load or compile the kernels (cached on disk).
 JIT_MIN_ELEMENTS = 2_000
+
+
+# Segments ahead whose first row a kernel asks for (kernels/prefetch.py):
+# each segment ends at a mispredicted loop exit the CPU cannot load past, and
+# where matches lie far apart each waited for its row from memory (a SUM
+# over 170,000 matches spread over 1e7 rows, one thread: 3.7 -> 1.0 ms).
+PREFETCH_SEGMENTS = 16
 
 
 # Every kernel walks segments (matches): segment i owns elements
@@ -50,7 +58,10 @@ JIT_MIN_ELEMENTS = 2_000
 def segment_count(valid, has_valid, member, labels, starts, offsets, per_element, out):
     """Counted elements so far."""
     every = labels.shape[0] == 0
-    for i in range(offsets.shape[0] - 1):
+    m = offsets.shape[0] - 1
+    for i in range(m):
+        if has_valid and i + PREFETCH_SEGMENTS < m:
+            prefetch(valid, starts[i + PREFETCH_SEGMENTS])
         c = 0
         base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):
@@ -71,7 +82,10 @@ def segment_sum_int(values, valid, has_valid, member, labels, starts, offsets, p
     leaves the BIGINT range."""
     every = labels.shape[0] == 0
     with_counts = counts.shape[0] > 0
-    for i in range(offsets.shape[0] - 1):
+    m = offsets.shape[0] - 1
+    for i in range(m):
+        if i + PREFETCH_SEGMENTS < m:
+            prefetch(values, starts[i + PREFETCH_SEGMENTS])
         acc = 0
         n = 0
         base = starts[i] - offsets[i]
@@ -104,7 +118,10 @@ def segment_sum_float(values, valid, has_valid, member, labels, starts, offsets,
     every = labels.shape[0] == 0
     with_counts = counts.shape[0] > 0
     nan = False
-    for i in range(offsets.shape[0] - 1):
+    m = offsets.shape[0] - 1
+    for i in range(m):
+        if i + PREFETCH_SEGMENTS < m:
+            prefetch(values, starts[i + PREFETCH_SEGMENTS])
         f = 0.0
         c = 0.0
         n = 0
@@ -147,7 +164,10 @@ def segment_arg_extreme(keys, valid, has_valid, member, labels, starts, offsets,
     Python's answer depends on the order)."""
     every = labels.shape[0] == 0
     nan = False
-    for i in range(offsets.shape[0] - 1):
+    m = offsets.shape[0] - 1
+    for i in range(m):
+        if i + PREFETCH_SEGMENTS < m:
+            prefetch(keys, starts[i + PREFETCH_SEGMENTS])
         best = -1
         base = starts[i] - offsets[i]
         for e in range(offsets[i], offsets[i + 1]):

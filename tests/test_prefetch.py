@@ -46,3 +46,13 @@ def test_prefetch_range_changes_nothing_past_the_end_either(dtype):
     for lo, hi in [(0, 100), (90, 400), (1000, 1200), (5, 5)]:
         assert _sum_with_range_hints(values, lo, hi) == values.sum()
         assert _sum_with_range_hints.py_func(values, lo, hi) == values.sum()
+
+
+def test_the_generic_prefetch_compiles_where_the_cpu_one_does_not_apply():
+    """CUDA device functions compile the same segmented bodies; there the
+    generic no-op serves (numba picks the cpu overload on the CPU, checked
+    in the machine code)."""
+    asm = _sum_with_hints.inspect_asm(_sum_with_hints.signatures[0])
+    assert "prefetch" in asm
+    from gpu_mr.kernels import prefetch as P
+    assert P._prefetch_elsewhere(None, None)(np.zeros(1), 0) is None
