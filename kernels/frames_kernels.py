@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .prefetch import prefetch_range
+
 try:
     from numba.extending import register_jitable
 except ImportError:                  # the plain bodies still run without numba
     def register_jitable(fn):
         return fn
-
-from .prefetch import prefetch_range
 
 # Pairs per block of the string pass's fast check: long enough to amortise
 # the block's setup, short enough that a block holding a partition boundary
