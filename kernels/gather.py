@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .prefetch import prefetch
+
 try:
     from numba.extending import register_jitable
 except ImportError:                  # the plain bodies still run without numba
@@ -38,6 +40,11 @@ GATHER_SETS = 4
 # Output rows per block: every row set's loop over a block runs while the
 # block's source cache lines are still in (the sets' rows lie close together).
 GATHER_BLOCK = 1024
+# Outputs ahead whose source row a gather asks for (kernels/prefetch.py): the
+# rows of matches far apart are a cache line each, which the hardware's
+# prefetcher does not follow (all_rows on one partition of 1e7 rows, 513k
+# outputs: the measures 21.8 -> 15.9 ms; 16 to 256 measured).
+GATHER_AHEAD = 128
 
 
 @register_jitable
@@ -47,6 +54,8 @@ def gather_block(values, valid, has_valid, lo, hi, rows, out, out_valid, a, b):
     n = hi - lo
     for o in range(a, b):
         uo = np.uint64(o)           # unsigned: no wraparound test per load and store
+        if o + GATHER_AHEAD < b:
+            prefetch(values, rows[uo + np.uint64(GATHER_AHEAD)] - lo)
         r = rows[uo] - lo
         if r >= 0 and r < n:
             out[uo] = values[np.uint64(r)]
