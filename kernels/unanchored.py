@@ -448,6 +448,8 @@ def walk_matches(first, last, ends, codes, row_keys, lineage, thread_shift, star
     p = ends[last - 1] if last > first else 0
     for i in range(last - 1, first - 1, -1):
         q = ends[i]
+        if i - PREFETCH_MATCHES >= first:     # as walk_measures does
+            prefetch(row_keys, np.uint64(ends[i - PREFETCH_MATCHES] - 1))
         c = codes[i]
         if c != 1:
             t = c - 2
@@ -888,8 +890,8 @@ def _cpu_kernels(compiled: bool = True) -> tuple:
     return _compiled[0]
 
 
-# Pieces per thread the measured walk is cut into, taken by the threads as
-# they come free: its cost per match varies with the data more than its
+# Pieces per thread the walks are cut into, taken by the threads as
+# they come free: their cost per match varies with the data more than its
 # estimate (rows spanned, matches) says (v_shape, 100 partitions: one
 # piece a thread left one core idle 1.4 ms of 11).
 PIECES_PER_THREAD = 4
@@ -1041,7 +1043,7 @@ def _labels(ends, codes, row_keys, tables, starts, kernels, threads: bool) -> tu
     _in_pieces(lambda a, b: kernels[2](
         np.int64(a), np.int64(b), ends, codes, row_keys, lineage, np.int64(thread_shift),
         starts, begins), _rows_before_groups(ends, n_groups),
-        threads)                                          # the labels go into row_keys
+        threads, PIECES_PER_THREAD)                       # the labels go into row_keys
     label_offsets = _label_offsets(starts, ends)
     total = int(label_offsets[-1])
     labels = B.empty(total, np.int16)
