@@ -891,7 +891,7 @@ def _cpu_kernels(compiled: bool = True) -> tuple:
 
 
 # Pieces per thread the walks are cut into, taken by the threads as
-# they come free: their cost per match varies with the data more than its
+# they come free: their cost per match varies with the data more than their
 # estimate (rows spanned, matches) says (v_shape, 100 partitions: one
 # piece a thread left one core idle 1.4 ms of 11).
 PIECES_PER_THREAD = 4
