@@ -117,3 +117,65 @@ def test_tie_breaks_matches_flatnonzero():
         words = ties[:m - m % 8].view(np.uint64)
         for kernel in [fk.partition_offsets] + ([fk.compiled()[3]] if fk.compiled() else []):
             assert kernel(ties, words, m - int(ties.sum()), m + 1).tolist() == expect
+
+
+def _naive_string_then_number(strings, numbers, descending):
+    """string_then_number's answer, pair by pair in Python: the partition
+    starts, or -1 when a pair is out of order."""
+    cuts = []
+    for j in range(len(strings) - 1):
+        a, b = strings[j].encode(), strings[j + 1].encode()
+        if a > b:
+            return -1
+        if a < b:
+            cuts.append(j + 1)
+            continue
+        x, y = (numbers[j + 1], numbers[j]) if descending else (numbers[j], numbers[j + 1])
+        if x > y:
+            return -1
+    return cuts
+
+
+@pytest.mark.parametrize("seed", range(36))
+def test_string_then_number_with_partition_borders_inside_blocks(seed):
+    """Runs shorter and longer than a block (a border inside most blocks:
+    the run's end found by binary search), with one pair out of order at a
+    random spot: in a run, across a border, a string out of place that the
+    search may be fooled by, or a smaller string at a run's last row (the
+    row before the border the search finds) or first row (the border);
+    plain and compiled against Python."""
+    rng = np.random.default_rng(seed)
+    block = fk.STRING_BLOCK
+    runs = rng.integers(1, 3 * block, 40)
+    words = sorted({f"s{rng.integers(0, 10**6):06d}" + "x" * int(rng.integers(0, 3))
+                    for _ in range(80)})[:len(runs)]
+    strings = [w for w, r in zip(words, runs) for _ in range(r)]
+    n = len(strings)
+    numbers = np.concatenate([np.sort(rng.integers(0, 50, r)) for r in runs[:len(words)]])
+    descending = seed % 2 == 1
+    if descending:
+        numbers = -numbers
+    numbers = numbers.astype(np.int64)
+    kind = seed % 6
+    at = int(rng.integers(1, n - 1))
+    borders = np.cumsum(runs[:len(words)])[:-1]
+    border = int(borders[int(rng.integers(0, len(borders)))])
+    if kind == 1:                                   # a number out of order
+        numbers[at] = numbers[at - 1] + (-5 if not descending else 5)
+    elif kind == 2:                                 # a string out of place
+        strings[at] = strings[0] if at > runs[0] else strings[-1]
+    elif kind == 3:                                 # two rows swapped across a border
+        strings[border - 1], strings[border] = strings[border], strings[border - 1]
+    elif kind == 4:                                 # a run's last row below its run
+        strings[border - 1] = "a"
+    elif kind == 5:                                 # a run's first row below the run before
+        strings[border] = "a"
+    arr = pa.array(strings)
+    offsets = np.frombuffer(arr.buffers()[1], np.int32)[:n + 1]
+    data = np.frombuffer(arr.buffers()[2], np.uint8)
+    want = _naive_string_then_number(strings, numbers.tolist(), descending)
+    for kernel in [fk.partition_and_order] + ([fk.compiled()[4]] if fk.compiled() else []):
+        cuts = np.empty(n, np.int64)
+        count = kernel(offsets, data, numbers, descending, cuts)
+        got = -1 if count < 0 else cuts[:count].tolist()
+        assert got == want, (kernel, kind, at)
