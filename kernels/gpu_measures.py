@@ -30,6 +30,8 @@ per measure; outputs are per match (8 B each, plus a 1 B flag).
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 from numba import cuda
 
@@ -38,14 +40,28 @@ from .segmented import (COMPENSATED_SUM, find_member, segment_arg_extreme, segme
                         segment_sum_float, segment_sum_int)
 
 
+@cuda.jit(device=True)
+def _no_prefetch(array, index):
+    """The bodies' ``prefetch`` on the device: nothing (a CPU cache hint,
+    kernels/prefetch.py; one thread here walks one match)."""
+
+
+def _device(body):
+    """``body`` as a device function, its ``prefetch`` bound to
+    :func:`_no_prefetch` rather than left to numba's choice of overload."""
+    names = dict(body.__globals__, prefetch=_no_prefetch)
+    return cuda.jit(device=True)(types.FunctionType(body.__code__, names, body.__name__,
+                                                    body.__defaults__))
+
+
 # The bodies as device functions: module globals read by the kernels, as
 # ``cuda`` is (the simulator swaps its own thread-aware ``cuda`` module into
 # a kernel's globals, which a closure variable would hide). Compiled on the
 # first launch of a kernel that calls them.
-_count = cuda.jit(device=True)(segment_count)
-_sum_int = cuda.jit(device=True)(segment_sum_int)
-_sum_float = cuda.jit(device=True)(segment_sum_float)
-_extreme = cuda.jit(device=True)(segment_arg_extreme)
+_count = _device(segment_count)
+_sum_int = _device(segment_sum_int)
+_sum_float = _device(segment_sum_float)
+_extreme = _device(segment_arg_extreme)
 _find = cuda.jit(device=True)(find_member)
 
 

@@ -63,9 +63,10 @@ try:
     def _prefetch_typed(array, index):
         return lambda array, index: _llvm_prefetch(array, index)
 
-    # every other target (the CUDA device functions compiled from the same
-    # bodies, kernels/gpu_measures.py): nothing; numba takes the cpu one above
-    # where it applies, the most specific
+    # every other target: nothing (numba takes the cpu one above where it
+    # applies, the most specific); kernels/gpu_measures.py also binds the
+    # name to a device no-op in its copies of the bodies, so that its
+    # kernels do not depend on how a CUDA target picks overloads
     @overload(prefetch, target="generic")
     def _prefetch_elsewhere(array, index):
         return lambda array, index: None
