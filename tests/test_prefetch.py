@@ -56,3 +56,13 @@ def test_the_generic_prefetch_compiles_where_the_cpu_one_does_not_apply():
     assert "prefetch" in asm
     from gpu_mr.kernels import prefetch as P
     assert P._prefetch_elsewhere(None, None)(np.zeros(1), 0) is None
+
+
+def test_device_copies_of_the_segmented_bodies_prefetch_nothing():
+    """kernels/gpu_measures.py compiles the segmented bodies for the device
+    with ``prefetch`` bound to a device no-op (a CPU cache hint there)."""
+    pytest.importorskip("numba.cuda")
+    from gpu_mr.kernels import gpu_measures as gm
+    for device_fn in (gm._count, gm._sum_int, gm._sum_float, gm._extreme):
+        body = getattr(device_fn, "py_func", None) or device_fn.fn
+        assert body.__globals__["prefetch"] is gm._no_prefetch
