@@ -107,8 +107,8 @@ def run_all(fn, items: list) -> list:
     """``[fn(item) for item in items]`` on the shared pool, at most
     :func:`thread_count` at a time: each thread (the calling one too) takes
     the next item not yet taken until none is left, so items of unequal
-    cost even out. The first failing item's exception is raised, once
-    every thread has stopped."""
+    cost even out. The first failing item's exception (in item order) is
+    raised once every thread has stopped; no item starts after a failure."""
     workers = min(thread_count(), len(items))
     if workers <= 1:
         return [fn(item) for item in items]
@@ -122,7 +122,10 @@ def run_all(fn, items: list) -> list:
             with lock:
                 i = taken[0]
                 taken[0] += 1
-            if i >= len(items):
+            # after a failure no new item starts: every item before the
+            # failing one was taken already (in order), so the first failure
+            # in item order is still found
+            if i >= len(items) or failed:
                 return
             try:
                 results[i] = fn(items[i])

@@ -105,3 +105,19 @@ def test_least_is_numpys_min_in_pieces(at, monkeypatch):
     ints = np.arange(10, dtype=np.int64)
     ints[at] = np.iinfo(np.int64).min
     assert threads.least(ints) == ints.min()
+
+
+def test_run_all_starts_no_item_after_a_failure(monkeypatch):
+    import time
+    monkeypatch.setattr(threads, "thread_count", lambda: 2)
+    ran = []
+
+    def item(i):
+        ran.append(i)
+        if i == 1:
+            raise ValueError("item 1")
+        time.sleep(0.002)
+        return i
+    with pytest.raises(ValueError, match="item 1"):
+        threads.run_all(item, list(range(50)))
+    assert len(ran) < 10
