@@ -923,6 +923,16 @@ class _Gen:
     def fail(self, code: int) -> None:
         self.emit(self.err_stmt.format(code=code))
 
+    def checked(self, target: str, call: str, code: int) -> None:
+        """``target, ok = call`` (an exact int64 helper: add_i64, mul_i64,
+        dec_f64 ...), failing with ``code`` where it does not fit (2: the
+        interpreter raises too; 3: it does not, the reference engine runs)."""
+        self.emit(f"{target}, ok = {call}")
+        self.emit("if not ok:")
+        self.depth += 1
+        self.fail(code)
+        self.depth -= 1
+
     def pred(self, e: A.Expr) -> str:
         val, nul, kind = self.expr(e, None)
         if kind == "u":
@@ -1369,11 +1379,7 @@ class _Gen:
                 raise _Decline("arithmetic on non-integers")
             fn = {"+": "add_i64({a}, {b})", "-": "sub_i64({a}, {b})", "*": "mul_i64({a}, {b})",
                   "/": "div_i64({a}, {b}, False)", "%": "div_i64({a}, {b}, True)"}[e.op]
-            self.emit(f"{val}, ok = {fn.format(a=lv, b=rv)}")
-            self.emit("if not ok:")
-            self.depth += 1
-            self.fail(2)
-            self.depth -= 1
+            self.checked(val, fn.format(a=lv, b=rv), 2)
         elif kind.startswith("m") and e.op in ("+", "-", "*") \
                 and None not in (_scale(lk), _scale(rk)):
             # exact decimals as the interpreter's (within int64, far inside
@@ -1385,38 +1391,22 @@ class _Gen:
                 lv, lk = self.rescaled(lv, _scale(lk), _scale(kind))
                 rv, rk = self.rescaled(rv, _scale(rk), _scale(kind))
             fn = {"+": "add_i64", "-": "sub_i64", "*": "mul_i64"}[e.op]
-            self.emit(f"{val}, ok = {fn}({lv}, {rv})")
-            self.emit("if not ok:")
-            self.depth += 1
-            self.fail(3)
-            self.depth -= 1
+            self.checked(val, f"{fn}({lv}, {rv})", 3)
         elif kind == "D" and (lk, e.op, rk) in _DATE_OPS:
             # the interpreter: the date's midnight plus the interval, floored
             # to its day (whole days: a multiple of a day already)
             if rk == "i":
                 days = self.tmp()[0]
-                self.emit(f"{days}, ok = mul_i64({rv}, {_DAY_NS})")
-                self.emit("if not ok:")
-                self.depth += 1
-                self.fail(3)
-                self.depth -= 1
+                self.checked(days, f"mul_i64({rv}, {_DAY_NS})", 3)
                 rv = days
             fn = {"+": "add_i64", "-": "sub_i64"}[e.op]
-            self.emit(f"{val}, ok = {fn}({lv}, {rv})")
-            self.emit("if not ok:")
-            self.depth += 1
-            self.fail(3)
-            self.depth -= 1
+            self.checked(val, f"{fn}({lv}, {rv})", 3)
             self.emit(f"{val} = ({val} // {_DAY_NS}) * {_DAY_NS}")
         elif kind in ("t", "d") and (lk, e.op, rk) in _TEMPORAL_OPS:
             # nanoseconds, exact: the interpreter's integers are unbounded,
             # so a result beyond int64 goes to the reference engine
             fn = {"+": "add_i64", "-": "sub_i64", "*": "mul_i64"}[e.op]
-            self.emit(f"{val}, ok = {fn}({lv}, {rv})")
-            self.emit("if not ok:")
-            self.depth += 1
-            self.fail(3)
-            self.depth -= 1
+            self.checked(val, f"{fn}({lv}, {rv})", 3)
         else:
             raise _Decline(f"{e.type} arithmetic")
         self.depth -= 1
@@ -1492,14 +1482,10 @@ class _Gen:
             self.emit(f"{val} = {lv} {_PY_CMP[op]} {rv}")
         elif {lk, rk} == {"i", "f"}:
             if lk == "i":
-                self.emit(f"{val}, ok = cmp_if({_CMP[op]}, {lv}, {rv})")
+                self.checked(val, f"cmp_if({_CMP[op]}, {lv}, {rv})", 3)
             else:
                 flipped = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}[op]
-                self.emit(f"{val}, ok = cmp_if({_CMP[flipped]}, {rv}, {lv})")
-            self.emit("if not ok:")
-            self.depth += 1
-            self.fail(3)
-            self.depth -= 1
+                self.checked(val, f"cmp_if({_CMP[flipped]}, {rv}, {lv})", 3)
         else:
             raise _Decline(f"comparison of {lk} with {rk} values")
         self.depth -= 1
@@ -1526,11 +1512,7 @@ class _Gen:
         if target - scale > 18:
             raise _Decline("decimals of scales more than 18 apart")
         t = self.tmp()[0]
-        self.emit(f"{t}, ok = mul_i64({v}, {10 ** (target - scale)})")
-        self.emit("if not ok:")
-        self.depth += 1
-        self.fail(3)
-        self.depth -= 1
+        self.checked(t, f"mul_i64({v}, {10 ** (target - scale)})", 3)
         return t, f"m{target}"
 
     def as_double(self, v: str, k: str) -> tuple:
@@ -1538,11 +1520,7 @@ class _Gen:
         if not k.startswith("m"):
             return v, k
         t = self.tmp()[0]
-        self.emit(f"{t}, ok = dec_f64({v}, {_scale(k)})")
-        self.emit("if not ok:")
-        self.depth += 1
-        self.fail(3)
-        self.depth -= 1
+        self.checked(t, f"dec_f64({v}, {_scale(k)})", 3)
         return t, "f"
 
     def _Between(self, e: A.Between, row):
@@ -1705,11 +1683,7 @@ class _Gen:
                 self.emit(f"if {v} {cmp} {val}:")
                 self.emit(f"    {val} = {v}")
         elif name == "ABS" and xk == "i":
-            self.emit(f"{val}, ok = ({x}, True) if {x} >= 0 else neg_i64({x})")
-            self.emit("if not ok:")
-            self.depth += 1
-            self.fail(2)
-            self.depth -= 1
+            self.checked(val, f"({x}, True) if {x} >= 0 else neg_i64({x})", 2)
         elif name == "ABS" and xk == "f":
             self.emit(f"{val} = abs({x})")
         elif name == "SIGN" and xk in ("i", "f"):
@@ -1739,11 +1713,7 @@ class _Gen:
         else:
             if lk != "i" or rk != "i":
                 raise _Decline("MOD of non-integers")
-            self.emit(f"{val}, ok = div_i64({lv}, {rv}, True)")
-            self.emit("if not ok:")
-            self.depth += 1
-            self.fail(2)
-            self.depth -= 1
+            self.checked(val, f"div_i64({lv}, {rv}, True)", 2)
         self.depth -= 1
         return val, nul, kind
 
