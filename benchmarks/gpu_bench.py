@@ -208,6 +208,37 @@ def transfer_rates(backend, repeat: int) -> dict:
     seconds, back = timed(backend, lambda: backend.to_host(device), max(repeat, 3))
     assert np.array_equal(back, host), "the staged copy back differs from what went in"
     rates["device_to_host_staged"] = n / seconds
+    # What the staged copy's host side costs: the same fill into pages
+    # already touched (``pinned``) and into new ones (first-touch faults).
+    seconds, _ = timed(backend, lambda: _fill(np.empty(n, np.uint8), host), max(repeat, 3))
+    rates["host_to_new_pageable"] = n / seconds
+    if not backend.simulated:
+        # A result received straight into pinned memory from cupy's pool:
+        # the first allocation of a size pins new pages, later ones reuse them.
+        t0 = time.perf_counter()
+        first = cupyx.empty_pinned(n, dtype=np.uint8)
+        device.get(out=first)
+        backend.synchronize()
+        rates["device_to_new_pinned_first"] = n / (time.perf_counter() - t0)
+        del first
+
+        def into_pool():
+            out = cupyx.empty_pinned(n, dtype=np.uint8)
+            device.get(out=out)
+            return out
+        seconds, _ = timed(backend, into_pool, max(repeat, 3))
+        rates["device_to_pooled_pinned"] = n / seconds
+
+        def into_new_pinned():         # outside the pool: pinned and freed each time
+            memory = xp.cuda.PinnedMemory(n)
+            out = np.frombuffer(xp.cuda.PinnedMemoryPointer(memory, 0), np.uint8, n)
+            device.get(out=out)
+            return out
+        try:
+            seconds, _ = timed(backend, into_new_pinned, max(repeat, 3))
+            rates["device_to_new_pinned"] = n / seconds
+        except Exception as exc:        # a measurement, not a check: say why and go on
+            print(f"device to new pinned: {type(exc).__name__}: {exc}", flush=True)
     return rates
 
 

@@ -47,7 +47,8 @@ class Backend:
         if self.simulated or isinstance(array, np.ndarray):
             return np.asarray(array)
         from .transfer import to_host_staged
-        return to_host_staged(self, array)
+        with span(self, "to host"):
+            return to_host_staged(self, array)
 
     def scalar(self, value) -> int:
         """A device scalar (a 0-d array) as a host int: one small transfer."""

@@ -65,7 +65,7 @@ from typing import NamedTuple, Optional, Union
 import numpy as np
 import pyarrow as pa
 
-from . import measure_exprs
+from . import backend as B, measure_exprs
 from .analysis import CheckedQuery
 from .pattern.nfa import compile_nfa, edge_variables
 from .syntax import ast as A
@@ -336,7 +336,8 @@ def measures_on_device(backend, query: CheckedQuery, columns: dict,
     run = _Run(backend, query, columns, found)
     out = {}
     for meas, form in forms:
-        arr = run.measure(form)
+        with B.span(backend, f"measure {meas.name}"):
+            arr = run.measure(form)
         if isinstance(arr, str):
             return f"measure {meas.name}: {arr}"
         if arr.type != meas.type.arrow():
@@ -463,14 +464,17 @@ class _Run:
                                          lambda leaf: arrays.get(id(leaf)))
             return arr if arr is not None else "the expression raises or is inexact here"
         if kind == "number":
-            return pa.array(self.to_host(f.numbers).astype(np.int64), pa.int64())
+            return pa.array(self.to_host(f.numbers.astype(np.int64, copy=False)), pa.int64())
         if kind == "label":
             return self.labels_at(self.landing(form[1]))
         if kind == "value":
             _, column, target, landing = form
             return self.gather(column, self.landing(landing), target)
         if kind == "rows":
-            return pa.array(self.to_host(self.lengths).astype(np.int64), pa.int64())
+            # cast on the device: a host astype copied 1.2 GB into new pages
+            # for 1.5e8 matches, 390 ms on an H200 machine (2026-11-28)
+            return pa.array(self.to_host(self.lengths.astype(np.int64, copy=False)),
+                            pa.int64())
         ids, column = form[1], form[2]
         col = None if column is None else self.column(column)
         if isinstance(col, str):

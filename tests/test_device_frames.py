@@ -151,7 +151,7 @@ def test_one_pass_order_check_equals_the_array_expressions(seed):
     in_order, changed = adjacent_order(backend, device, n_part)
     assert in_order == F._in_order(np, arrays)
     assert F._offsets_of_changes(backend, changed, n).tolist() == \
-        F._offsets(backend, arrays[:n_part], n).tolist()
+        F._offsets(backend, device[:n_part], n).tolist()
     pads = arrays + [arrays[0]] * (4 - n_arrays)
     for i in range(n - 1):          # the body compiled as numba compiles it for the device
         k, wrong = _compiled_pair_order()(i, n_arrays, *pads)
