@@ -33,13 +33,14 @@ one thread each, so that one 1e9-row partition fills the device as well as
    single thread walked every chunk of its partition: on an H100 one
    1e9-row partition's scan took 1.8 s against 68 ms for 10,000
    partitions (2026-11-28), a million dependent reads in a row.
-3. ``gather_chunks``: per chunk, repaired then kept speculative matches are
-   copied to their place given by an exclusive prefix sum over chunks:
+3. ``gather_matches``: per match, one of a chunk's repaired then kept
+   speculative matches is copied to its place given by an exclusive prefix
+   sum over chunks (its chunk found by a binary search over that sum):
    deterministic order, no atomics.
 4. ``recover_matches``: one thread per match runs ``recover_paths``.
 
 The bodies of these steps (``scan_chunk``, ``repair_speculated``,
-``repair_chain``, ``gather_chunk``, ``recover_match``) live in
+``repair_chain``, ``gather_match``, ``recover_match``) live in
 kernels/chunks.py, whose CPU drivers run them over cores for long
 partitions. In a stream of batches the
 last partition is open: a search reaching its end undecided stops the true
@@ -64,7 +65,7 @@ import numpy as np
 from numba import cuda
 
 from . import compiled_once
-from .chunks import (gather_chunk, recover_match, repair_chain, repair_speculated, scan_chunk,
+from .chunks import (gather_match, recover_match, repair_chain, repair_speculated, scan_chunk,
                      scan_in_chunks)
 from .scan import horizon_args, scan_ranges
 
@@ -131,11 +132,11 @@ def kernels():
                 scratch_excluded, slot_part_start, slot_hi, slot_out, errors, replay_err)
 
     @cuda.jit
-    def gather_chunks(chunk_lo, chunk_part, out_start, out_end, counts, fix_start, fix_end,
-                      fix_counts, drops, first_out, starts, ends, partitions):
-        k = cuda.grid(1)
-        if k < chunk_lo.shape[0]:
-            gather_chunk(k, chunk_lo, chunk_part, out_start, out_end, counts, fix_start,
+    def gather_matches(chunk_lo, chunk_part, out_start, out_end, counts, fix_start, fix_end,
+                       fix_counts, drops, first_out, starts, ends, partitions):
+        o = cuda.grid(1)
+        if o < starts.shape[0]:
+            gather_match(o, chunk_lo, chunk_part, out_start, out_end, counts, fix_start,
                          fix_end, fix_counts, drops, first_out, starts, ends, partitions)
 
     @cuda.jit
@@ -149,13 +150,13 @@ def kernels():
                           end_thread, horizon, timed, states, labels, excluded)
 
     return {"scan": scan_chunks, "repair": repair_chunks, "chain": repair_chains,
-            "gather": gather_chunks, "recover": recover_matches}
+            "gather_match": gather_matches, "recover": recover_matches}
 
 
 # Each kernel's body, by the kernel's name: a kernel runs its body once per
 # thread index below its job count (tests run the bodies compiled for the CPU).
 BODIES = {"scan": scan_chunk, "repair": repair_speculated, "chain": repair_chain,
-          "gather": gather_chunk, "recover": recover_match}
+          "gather_match": gather_match, "recover": recover_match}
 
 
 def launch(backend, name: str, jobs: int, *args) -> None:
@@ -196,7 +197,7 @@ def run_scan(backend, classes, offsets: np.ndarray, tables: DeviceTables, skip_m
         launch(backend, name, jobs, *args)
     starts, ends, partitions, errors, first_out, chunk_lo, _ = scan_in_chunks(
         xp, run, classes, scan_lo, scan_hi, part_start, open_end, tables, skip_mode, skip_vars,
-        chunk_rows, horizon)
+        chunk_rows, horizon, gather_each_match=True)
     n_chunks = chunk_lo.shape[0]
     failure = None
     failing = xp.flatnonzero(errors[:, 0])

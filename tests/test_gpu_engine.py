@@ -174,7 +174,7 @@ def test_kernel_bodies_compile_with_numba_and_agree(monkeypatch):
         for chunk_rows in (3, 50):
             got, want, _ = run_both(V.format(skip=skip), t, chunk_rows)
             assert got == want, (skip, chunk_rows)
-    assert set(loops) == {"scan", "repair", "chain", "gather", "recover"}
+    assert set(loops) == {"scan", "repair", "chain", "gather_match", "recover"}
 
 
 def test_data_beyond_device_memory_runs_in_partition_groups():
@@ -337,6 +337,6 @@ def test_kernel_times_name_each_kernel_launched():
     q = V.format(skip="PAST LAST ROW")
     with B.kernel_times() as times:
         gpu_mr.match_recognize(t, q, engine="gpu")
-    assert {"scan_chunks", "gather_chunks"} <= set(times), times
+    assert {"scan_chunks", "gather_matches"} <= set(times), times
     assert all(seconds >= 0 and launches >= 1 for seconds, launches in times.values())
     assert B._kernel_times is None
