@@ -256,7 +256,7 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
     if isinstance(device_set, str):
         raise SystemExit(f"the V-shape DEFINEs do not run on the device: {device_set}")
     needed = {name: (columns[name], None) for name in device_set.columns}
-    stages, declined = {}, {}
+    stages, declined, record = {}, {}, {}
 
     def stage(name: str, fn, bytes_moved: float):
         seconds, result = timed(backend, fn, args.repeat)
@@ -316,6 +316,12 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
         del stages["end_to_end"]
         declined["end_to_end"] = engine._declined[1]
     else:
+        # the output left on the device (what a cuDF input gets back)
+        kept = stage("end_to_end_on_device",
+                     lambda: engine.run_input(query, source, on_device=True), 0)
+        record["output_on_device_identical"] = (not isinstance(kept, pa.Table)
+                                                and kept.to_arrow(backend).equals(out_device))
+        kept = None
         kernels, seconds = kernel_profile(backend, lambda: engine.run_input(query, source))
         profile = {"run_seconds": seconds, "kernels": kernels}
         spans = [(name, k) for name, k in kernels.items() if name.startswith("[")]
@@ -327,7 +333,7 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
                                           for name, k in launched[:8]))
     device_seconds = sum(stages[s]["seconds"] for s in ("order_check", "masks", "classes", "scan",
                                                        "recovery"))
-    record = {"rows": rows, "partitions": partitions, "matches": int(n_matches),
+    record.update({"rows": rows, "partitions": partitions, "matches": int(n_matches),
               "end_to_end_kernels": profile,
               "dfa_states": n_states, "classes": n_classes,
               "chunk_rows": args.chunk_rows or DEVICE_CHUNK_ROWS,
@@ -335,9 +341,11 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
               "device_rows_per_s": rows / device_seconds,
               "with_transfer_rows_per_s": rows / (device_seconds
                                                   + stages["to_host"]["seconds"]),
-              "declined": declined}
+              "declined": declined})
     if "end_to_end" in stages:
         record["end_to_end_device_rows_per_s"] = rows / stages["end_to_end"]["seconds"]
+        record["end_to_end_on_device_rows_per_s"] = (
+            rows / stages["end_to_end_on_device"]["seconds"])
     table = host_table(backend, columns)
     needed_host = [np.ascontiguousarray(table.column(name).to_numpy())
                    for name in sorted(set(device_set.columns)
@@ -420,7 +428,8 @@ def summary_line(r: dict) -> str:
              f"device {r['device_rows_per_s']:.3g} rows/s"]
     sweep = [name for name in s if name.startswith("scan_chunks_")]
     for name in ("order_check", "sort", "masks", "classes", "scan", *sweep, "recovery",
-                 "measures_device", "end_to_end", "from_host", "end_to_end_from_host",
+                 "measures_device", "end_to_end", "end_to_end_on_device", "from_host",
+                 "end_to_end_from_host",
                  "to_host", "measures_host"):
         if name in s:
             frac = s[name]["bandwidth_fraction"]
@@ -428,6 +437,8 @@ def summary_line(r: dict) -> str:
                          + (f" ({frac:.0%} bw)" if s[name]["bytes"] else ""))
     if "end_to_end_device_rows_per_s" in r:
         parts.append(f"end to end {r['end_to_end_device_rows_per_s']:.3g} rows/s")
+        parts.append(f"output kept on the device {r['end_to_end_on_device_rows_per_s']:.3g} "
+                     "rows/s, identical " + ("yes" if r["output_on_device_identical"] else "NO"))
     if "from_host" in s:
         parts.append(f"from host {s['from_host']['pinned_fraction']:.0%} of pinned")
     if "end_to_end_from_host_rows_per_s" in r:

@@ -68,8 +68,14 @@ def _run_cudf_on_device(df, clause: str, engine: str):
     chosen = engines.choose(query, engine)
     if not hasattr(chosen, "run_input"):
         return None
-    result = chosen.run_input(query, source)
-    return None if result is None else frames.from_arrow(result, "cudf")
+    result = chosen.run_input(query, source, on_device=True)
+    if result is None:
+        return None
+    if isinstance(result, pa.Table):
+        return frames.from_arrow(result, "cudf")
+    if result.cudf_reason() is None:        # every column built on the device
+        return result.to_cudf()
+    return frames.from_arrow(result.to_arrow(found), "cudf")
 
 
 def sql(query: str, engine: str = "auto", **tables):

@@ -309,8 +309,22 @@ def device_measure_columns(query: CheckedQuery) -> list:
 
 # ---------------------------------------------------------------- measures
 
+def device_output_reason(query: CheckedQuery) -> Optional[str]:
+    """None when every measure of ``query`` can stay on the device as a
+    column (``measures_on_device(..., on_device=True)``), else why not:
+    CLASSIFIER (strings) and expressions over measures are built on the
+    host."""
+    forms = _forms(query)
+    if isinstance(forms, str):
+        return forms
+    for meas, form in forms:
+        if form[0] in ("label", "expr"):
+            return f"measure {meas.name} is built on the host"
+    return None
+
+
 def measures_on_device(backend, query: CheckedQuery, columns: dict,
-                       found) -> Union[dict, str]:
+                       found, on_device: bool = False) -> Union[dict, str]:
     """``{measure name: pyarrow.Array}`` with one value per match of
     ``found`` (a ``DeviceMatches``, its paths recovered unless
     :func:`device_measures_need_paths` says they are not read), in its order, equal in
@@ -319,7 +333,10 @@ def measures_on_device(backend, query: CheckedQuery, columns: dict,
     this data (the caller then runs the host measures). ``columns``:
     ``{name: (values, valid, Arrow type)}`` as ``DeviceInput.column`` gives
     them plus the type, in the row order the matches index, holding at
-    least :func:`device_measure_columns`."""
+    least :func:`device_measure_columns`. ``on_device``: the values stay on
+    the device, ``{measure name: DeviceColumn}`` in the measure's Arrow type
+    (the storage ``DeviceColumn`` describes), or the reason they do not
+    (:func:`device_output_reason`, no matches, a value that needs a cast)."""
     forms = _forms(query)
     if isinstance(forms, str):
         return forms
@@ -329,12 +346,27 @@ def measures_on_device(backend, query: CheckedQuery, columns: dict,
     if found.labels is None and device_measures_need_paths(query):
         return "the matches' paths were not recovered"
     m = int(found.starts.shape[0])
+    if on_device:
+        reason = device_output_reason(query) or (None if m else "no matches")
+        if reason is not None:
+            return reason
     if m == 0:
         return {meas.name: pa.nulls(0, meas.type.arrow()) for meas, _ in forms}
     # a plain (values, valid, type) tuple serves too (e.g. re-gathered in sorted order)
     columns = {name: DeviceColumn(*col) for name, col in columns.items()}
     run = _Run(backend, query, columns, found)
     out = {}
+    if on_device:
+        for meas, form in forms:
+            with B.span(backend, f"measure {meas.name}"):
+                got = run.on_device(form)
+            if isinstance(got, str):
+                return f"measure {meas.name}: {got}"
+            if got.type != meas.type.arrow() or _form_target(form, got) != got.type:
+                return (f"measure {meas.name}: its values are cast to {meas.type.arrow()} "
+                        "on the host")
+            out[meas.name] = got
+        return out
     for meas, form in forms:
         with B.span(backend, f"measure {meas.name}"):
             arr = run.measure(form)
@@ -414,22 +446,27 @@ class _Run:
 
     # ---- values at rows
 
-    def gather(self, column, rows, target: pa.DataType):
-        """The column's values at ``rows`` (device, -1: NULL) as an Arrow
-        array of ``target``, cast as the host's gather casts; a reason where
-        Arrow refuses the cast (the interpreter decides then). ``column``:
-        a name, or an aggregate's argument as :meth:`column` takes it."""
+    def at_rows(self, column, rows) -> Union[DeviceColumn, str]:
+        """The column's values at ``rows`` (device, -1: NULL) on the device,
+        in the column's own type; a reason where the device does not
+        compute the column. ``column``: a name, or an aggregate's argument
+        as :meth:`column` takes it."""
         col = self.column(column)
         if isinstance(col, str):
             return col
         xp = self.xp
         has = rows >= 0
         at = xp.where(has, rows, 0)
-        values = self.to_host(col.values[at])
         ok = has if col.valid is None else has & col.valid[at]
         # one device scalar instead of a byte per match when nothing is NULL
-        ok = None if bool(ok.all()) else self.to_host(ok).astype(bool)
-        arr = _arrow_array(values, ok, col.type)
+        return DeviceColumn(col.values[at], None if bool(ok.all()) else ok, col.type)
+
+    def host(self, got: DeviceColumn, target: pa.DataType):
+        """A per-match device column as an Arrow array of ``target``, cast as
+        the host's gather casts; a reason where Arrow refuses the cast (the
+        interpreter decides then)."""
+        ok = None if got.valid is None else self.to_host(got.valid).astype(bool)
+        arr = _arrow_array(self.to_host(got.values), ok, got.type)
         if arr.type == target:
             return arr
         try:
@@ -452,29 +489,42 @@ class _Run:
     # ---- one measure
 
     def measure(self, form: tuple):
-        from .kernels import gpu_measures as K
-        f, kind = self.f, form[0]
+        """The measure of ``form`` per match as an Arrow array (of the
+        measure's type where the form is exact), or the reason the host
+        computes it."""
+        kind = form[0]
         if kind == "expr":
             _, expr, leaf_forms = form
             arrays = {id(leaf): self.measure(leaf_form) for leaf, leaf_form in leaf_forms}
             bad = [a for a in arrays.values() if isinstance(a, str)]
             if bad:
                 return bad[0]
-            arr = measure_exprs.evaluate(self.q, expr, expr.type, int(f.starts.shape[0]),
+            arr = measure_exprs.evaluate(self.q, expr, expr.type, int(self.f.starts.shape[0]),
                                          lambda leaf: arrays.get(id(leaf)))
             return arr if arr is not None else "the expression raises or is inexact here"
-        if kind == "number":
-            return pa.array(self.to_host(f.numbers.astype(np.int64, copy=False)), pa.int64())
         if kind == "label":
             return self.labels_at(self.landing(form[1]))
+        got = self.on_device(form)
+        if isinstance(got, str):
+            return got
+        return self.host(got, _form_target(form, got))
+
+    def on_device(self, form: tuple) -> Union[DeviceColumn, str]:
+        """The measure of ``form`` per match as a device column in the
+        type the device computes it in (:func:`_form_target` says the
+        measure's), or why the device does not give it: CLASSIFIER and
+        expressions over other measures are built on the host."""
+        from .kernels import gpu_measures as K
+        f, kind = self.f, form[0]
+        if kind in ("expr", "label"):
+            return "CLASSIFIER and expressions over measures are built on the host"
+        if kind == "number":
+            return DeviceColumn(f.numbers.astype(np.int64, copy=False), None, pa.int64())
         if kind == "value":
-            _, column, target, landing = form
-            return self.gather(column, self.landing(landing), target)
+            _, column, _, landing = form
+            return self.at_rows(column, self.landing(landing))
         if kind == "rows":
-            # cast on the device: a host astype copied 1.2 GB into new pages
-            # for 1.5e8 matches, 390 ms on an H200 machine (2026-11-28)
-            return pa.array(self.to_host(self.lengths.astype(np.int64, copy=False)),
-                            pa.int64())
+            return DeviceColumn(self.lengths.astype(np.int64, copy=False), None, pa.int64())
         ids, column = form[1], form[2]
         col = None if column is None else self.column(column)
         if isinstance(col, str):
@@ -483,8 +533,7 @@ class _Run:
         member = self.member(ids)
         args = (member, f.labels, f.starts, f.label_offsets)
         if kind == "count":
-            counts = K.count_per_match(self.b, *args, valid=valid)
-            return pa.array(self.to_host(counts), pa.int64())
+            return DeviceColumn(K.count_per_match(self.b, *args, valid=valid), None, pa.int64())
         if kind in ("MIN", "MAX"):
             keys = col.values
             if keys.dtype == np.bool_:      # booleans held as bool (device_input.py): as bytes
@@ -492,19 +541,29 @@ class _Run:
             rows, nan = K.extreme_per_match(self.b, keys, *args, kind == "MAX", valid=valid)
             if nan:
                 return "NaN among the values (Python's MIN/MAX then depends on the order)"
-            return self.gather(column, rows, form[3])
+            return self.at_rows(column, rows)
         sums, counts, inexact = K.sum_per_match(self.b, col.values, *args, valid=valid)
         if inexact:
             return "a BIGINT sum leaves its range or a value is NaN"
-        sums, counts = self.to_host(sums), self.to_host(counts)
         some = counts > 0
-        mask = None if some.all() else ~some
+        valid = None if bool(some.all()) else some
         if kind == "SUM":
             floats = sums.dtype.kind == "f"
-            return pa.array(sums, pa.float64() if floats else pa.int64(), mask=mask)
-        # as measures._Vectors: the sum as a double over the count
-        return pa.array(sums.astype(np.float64) / np.where(some, counts, 1), pa.float64(),
-                        mask=mask)
+            return DeviceColumn(sums, valid, pa.float64() if floats else pa.int64())
+        # as measures._Vectors: the sum as a double over the count (IEEE
+        # division, the same on the device as on the host)
+        xp = self.xp
+        return DeviceColumn(sums.astype(np.float64) / xp.where(some, counts, 1), valid,
+                            pa.float64())
+
+
+def _form_target(form: tuple, got: DeviceColumn) -> pa.DataType:
+    """The Arrow type a device-computed measure of ``form`` becomes: a
+    value read from a column is cast to the measure's SQL type (the
+    form's target); counts, sums and averages are already theirs."""
+    if form[0] == "value":
+        return form[2]
+    return form[3] if form[0] in ("MIN", "MAX") else got.type
 
 
 def _arrow_array(values: np.ndarray, ok: Optional[np.ndarray], t: pa.DataType) -> pa.Array:

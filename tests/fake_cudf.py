@@ -1,9 +1,10 @@
 """A stand-in for the few cuDF calls gpu_mr makes, for machines without cuDF.
 
-It follows cuDF's documented API (``DataFrame.from_arrow``, ``to_arrow``,
-``head``, ``__getitem__``; ``Series.null_count``, ``astype``,
-``to_cupy(copy=, na_value=)``, ``notna``, ``take``, ``to_arrow``) over a
-pyarrow Table, handing out arrays of the detected backend's array module
+It follows cuDF's documented API (``DataFrame(dict of Series)``,
+``DataFrame.from_arrow``, ``to_arrow``, ``head``, ``__getitem__``;
+``Series(array)``, ``dtype``, ``null_count``, ``astype``,
+``to_cupy(copy=, na_value=)``, ``notna``, ``take``, ``where(cond)``,
+``to_arrow``) over a pyarrow Table, handing out arrays of the detected backend's array module
 where cuDF hands out cupy ones: cupy on a GPU machine without RAPIDS,
 numpy under the CUDA simulator (which has numpy stand in for cupy). It counts whole-frame
 ``to_arrow`` calls so a test can check that the device pipeline never
@@ -20,12 +21,16 @@ import pyarrow.compute as pc
 
 class DataFrame:
     whole_frame_to_arrow = 0         # calls that moved every row to the host
+    from_arrow_calls = 0             # frames built from host Arrow data
 
-    def __init__(self, table: pa.Table):
-        self._table = table
+    def __init__(self, data):
+        # a dict of Series (cuDF's constructor), or the Table itself
+        self._table = data if isinstance(data, pa.Table) else pa.table(
+            {name: series._array for name, series in data.items()})
 
     @classmethod
     def from_arrow(cls, table: pa.Table) -> "DataFrame":
+        DataFrame.from_arrow_calls += 1
         return cls(table)
 
     def to_arrow(self) -> pa.Table:
@@ -48,8 +53,13 @@ class DataFrame:
 
 
 class Series:
-    def __init__(self, array: pa.Array):
-        self._array = array
+    def __init__(self, array):
+        # cuDF takes device arrays (cupy, or numpy standing in for it)
+        self._array = array if isinstance(array, pa.Array) else pa.array(_host(array))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self._array.type.to_pandas_dtype())
 
     @property
     def null_count(self) -> int:
@@ -72,6 +82,10 @@ class Series:
 
     def take(self, indices) -> "Series":
         return Series(self._array.take(pa.array(_host(indices), pa.int64())))
+
+    def where(self, cond: "Series") -> "Series":
+        """Values where ``cond`` is true, NULL elsewhere (``other`` left as NA)."""
+        return Series(pc.if_else(cond._array, self._array, pa.nulls(1, self._array.type)[0]))
 
     def to_arrow(self) -> pa.Array:
         return self._array

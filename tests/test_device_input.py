@@ -41,7 +41,7 @@ def cudf(monkeypatch):
         return cudf
     import fake_cudf
     monkeypatch.setitem(sys.modules, "cudf", fake_cudf)
-    fake_cudf.DataFrame.whole_frame_to_arrow = 0
+    fake_cudf.DataFrame.whole_frame_to_arrow = fake_cudf.DataFrame.from_arrow_calls = 0
     return fake_cudf
 
 
@@ -129,6 +129,85 @@ def test_cudf_input_runs_on_the_device_and_returns_cudf(cudf, shuffled):
     assert got.to_arrow().equals(want) and want.num_rows > 10
     run = gpu_mr.engines._AVAILABLE["gpu"].last_run
     assert run.reason.startswith("every stage on the device"), run
+
+
+def typed_ticks(n: int, parts: int, seed: int) -> pa.Table:
+    """Ticks with a timestamp clock, a BIGINT with NULLs, a boolean and a
+    date: every type the output built on the device takes, and one it
+    does not (date)."""
+    rng = np.random.default_rng(seed)
+    t = ticks(n, parts, seed, True)
+    v = rng.integers(-50, 50, n)
+    return t.set_column(1, "ts", pa.array(t.column("ts").to_numpy() * 1000,
+                                          pa.timestamp("us"))).append_column(
+        "v", pa.array(v, pa.int64(), mask=rng.random(n) < 0.3)).append_column(
+        "flag", pa.array(v % 3 == 0)).append_column(
+        "day", pa.array(rng.integers(0, 20000, n), pa.int32()).cast(pa.date32()))
+
+
+DEVICE_OUTPUT = """PARTITION BY sym ORDER BY ts
+    MEASURES FIRST(A.ts) AS start_ts, LAST(B.v) AS lv, SUM(v) AS sv, AVG(B.v) AS av,
+             MIN(flag) AS mf, MAX(C.price) AS top, COUNT(B.v) AS nv, COUNT(*) AS n,
+             MATCH_NUMBER() AS m
+    PATTERN (A B+ C+) DEFINE B AS price < PREV(price), C AS price > PREV(price)"""
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cudf_output_is_built_on_the_device(cudf, seed):
+    # NULLs (LAST, SUM, AVG of a column with NULLs, empty SUMs), timestamps
+    # from their storage, booleans: the frame comes from the device columns
+    table = typed_ticks(400, 3 + seed, 20 + seed)
+    frame = cudf.DataFrame.from_arrow(table)
+    if not REAL_CUDF:
+        cudf.DataFrame.from_arrow_calls = 0
+    got = gpu_mr.match_recognize(frame, DEVICE_OUTPUT, engine="gpu")
+    if not REAL_CUDF:       # neither the input nor the output crossed to the host
+        assert cudf.DataFrame.from_arrow_calls == 0 and cudf.DataFrame.whole_frame_to_arrow == 0
+    run = gpu_mr.engines._AVAILABLE["gpu"].last_run
+    assert run.reason.endswith("the output stays there"), run
+    want = gpu_mr.match_recognize(table, DEVICE_OUTPUT, engine="reference")
+    assert got.to_arrow().equals(want) and want.num_rows > 10
+    assert want.column("lv").null_count and want.column("av").null_count
+
+
+@pytest.mark.parametrize("measure", ["CLASSIFIER() AS cl", "FIRST(A.day) AS d",
+                                     "LAST(C.price) - FIRST(A.price) AS gain"])
+def test_cudf_output_built_on_the_host_where_the_device_does_not(cudf, measure):
+    # strings and expressions over measures are built on the host; a date
+    # stays on the device but becomes a cuDF column through Arrow
+    table = typed_ticks(300, 3, 9)
+    clause = DEVICE_OUTPUT.replace("MATCH_NUMBER() AS m", f"MATCH_NUMBER() AS m, {measure}")
+    frame = cudf.DataFrame.from_arrow(table)
+    if not REAL_CUDF:
+        cudf.DataFrame.from_arrow_calls = 0
+    got = gpu_mr.match_recognize(frame, clause, engine="gpu")
+    if not REAL_CUDF:       # the output came through host Arrow, the input did not
+        assert cudf.DataFrame.from_arrow_calls == 1 and cudf.DataFrame.whole_frame_to_arrow == 0
+    run = gpu_mr.engines._AVAILABLE["gpu"].last_run
+    assert run.reason.startswith("every stage on the device")
+    assert run.reason.endswith("the output stays there") == ("day" in measure), run
+    assert got.to_arrow().equals(gpu_mr.match_recognize(table, clause, engine="reference"))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_output_on_the_device_equals_the_host_output(seed):
+    # GpuEngine.run_input(on_device=True) against the output it brings to
+    # the host: shuffled input, float keys (-0.0 kept), empty matches
+    from gpu_mr.analysis import analyze
+    from gpu_mr.device_output import DeviceOutput
+    from gpu_mr.engines.gpu import GpuEngine
+    from gpu_mr.syntax import parse_clause
+    table = typed_ticks(300, 4, 40 + seed)
+    keys = table.column("sym").to_numpy().astype(float)
+    table = table.set_column(0, "sym", pa.array(np.where(keys == 0, -0.0, keys)))
+    clause = DEVICE_OUTPUT if seed % 2 else DEVICE_OUTPUT.replace("(A B+ C+)", "(A B* C*)")
+    query = analyze(parse_clause(clause), table.schema)
+    engine = GpuEngine()
+    got = engine.run_input(query, from_arrow(BACKEND, table), on_device=True)
+    assert isinstance(got, DeviceOutput) and got.cudf_reason() is None
+    want = engine.run_input(query, from_arrow(BACKEND, table))
+    assert got.to_arrow(BACKEND).equals(want) and want.num_rows > 10
+    assert want.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
 
 
 def test_cudf_string_keys_take_the_host_path(cudf):

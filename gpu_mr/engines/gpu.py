@@ -212,13 +212,17 @@ class GpuEngine:
         from ..device_input import from_arrow
         return self.run_input(query, from_arrow(backend, table))
 
-    def run_input(self, query: CheckedQuery, source) -> Optional[pa.Table]:
+    def run_input(self, query: CheckedQuery, source, on_device: bool = False):
         """The output of ``query`` over the unsorted rows of ``source`` (a
         ``device_input.DeviceInput``), every stage on the device (sort,
         masks, scan, recovery, measures): only the columns the query reads
-        go to the device and only per-match results come back. None when a
-        stage needs the host (``last_run`` says which; the caller then runs
-        the host-sorted path, which is exact)."""
+        go to the device and only per-match results come back, as a
+        pyarrow Table. ``on_device``: the output stays on the device
+        (a ``device_output.DeviceOutput``) where every output column can
+        (measures other than CLASSIFIER and expressions over measures,
+        partition keys of fixed-width types); else it comes back as a
+        Table. None when a stage needs the host (``last_run`` says which;
+        the caller then runs the host-sorted path, which is exact)."""
         reason = self.pipeline_reason(query, source.schema, source.ranks_keys)
         backend = B.detect()
         n = source.num_rows
@@ -230,7 +234,7 @@ class GpuEngine:
             self._declined = (query, f"sort and measures on the host: {reason}")
             return None
         try:
-            return self._pipeline(backend, query, source)
+            return self._pipeline(backend, query, source, on_device)
         except Exception as exc:
             if not backend.is_out_of_memory(exc):
                 raise
@@ -239,7 +243,7 @@ class GpuEngine:
                               f"memory for {n:,} rows ({exc})")
             return None
 
-    def _pipeline(self, backend, query: CheckedQuery, source) -> Optional[pa.Table]:
+    def _pipeline(self, backend, query: CheckedQuery, source, on_device: bool = False):
         from .. import device_measures as DMe
         from ..device_frames import order_on_device
         xp, n = backend.xp, source.num_rows
@@ -286,25 +290,38 @@ class GpuEngine:
         if DMe.device_measures_need_paths(query):
             with B.span(backend, "recovery"):
                 recover(backend, classes, offsets, found, tables, horizon=horizon)
+        kept = on_device and _device_keys_reason(query, source.schema) is None
         with B.span(backend, "measures"):
             measure_columns = in_order({name: source.column(name)
                                         for name in DMe.device_measure_columns(query)})
-            values = DMe.measures_on_device(backend, query, {
-                name: col + (source.schema.field(name).type,)
-                for name, col in measure_columns.items()}, found)
+            args = (backend, query, {name: col + (source.schema.field(name).type,)
+                                     for name, col in measure_columns.items()}, found)
+            values = DMe.measures_on_device(*args, on_device=True) if kept else None
+            if not isinstance(values, dict):    # the output comes to the host
+                kept, values = False, DMe.measures_on_device(*args)
         if isinstance(values, str):
             self._declined = (query, f"sort and measures on the host: {values}")
             return None
+        self.last_run = RunInfo("device", "every stage on the device"
+                                + ("" if order.was_sorted else " (input sorted there)")
+                                + ("; the output stays there" if kept else ""),
+                                n_states, n_classes)
         # partition columns: each match's value at its first row (floats keep
         # that row's -0.0 or 0.0, as the host output does)
         with B.span(backend, "output"):
             source_rows = (found.starts if order.was_sorted
                            else order.rows[found.starts]).astype(np.int64, copy=False)
+            if kept:
+                from ..device_measures import DeviceColumn
+                from ..device_output import DeviceOutput
+                for name in query.partition_columns:
+                    key, valid = source.column(name)
+                    values[name] = DeviceColumn(
+                        key[source_rows], None if valid is None else valid[source_rows],
+                        source.schema.field(name).type)
+                return DeviceOutput(query.output_schema, values, int(source_rows.shape[0]))
             arrays = [values[f.name] if f.name in values else source.take(f.name, source_rows)
                       for f in query.output_schema]
-        self.last_run = RunInfo("device", "every stage on the device"
-                                + ("" if order.was_sorted else " (input sorted there)"),
-                                n_states, n_classes)
         return pa.Table.from_arrays(arrays, schema=query.output_schema)
 
     def _run_group(self, backend, query: CheckedQuery, data: SortedInput, notes: list):
@@ -459,6 +476,20 @@ def concat_matches(pieces: list) -> MatchArrays:
                        + [m.label_offsets[1:] + b for (_, _, m), b in zip(pieces, label_base)]),
         np.concatenate([m.labels for _, _, m in pieces]),
         np.concatenate([m.excluded for _, _, m in pieces]))
+
+
+def _device_keys_reason(query: CheckedQuery, schema: pa.Schema) -> Optional[str]:
+    """None when every partition column of ``query`` can be gathered into
+    the output on the device (a fixed-width type the output keeps), else
+    why not."""
+    from ..device_input import fixed_width
+    for name in query.partition_columns:
+        t = schema.field(name).type
+        # float16 is held widened (device_input.host_values): not its storage
+        if (not fixed_width(t) or pa.types.is_float16(t)
+                or query.output_schema.field(name).type != t):
+            return f"partition column {name} has type {t}"
+    return None
 
 
 @dataclass
