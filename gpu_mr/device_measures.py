@@ -7,7 +7,9 @@ their recovered paths where a measure reads labels: see
 read (on the device once: ``device_input.DeviceInput.column``, in the
 matches' row order) give each measure's value per match on the
 device; only those per-match values (and a few flags) come to the host,
-where they become Arrow arrays. The subset:
+where they become Arrow arrays, or they stay on the device as columns
+(``on_device``: gpu_mr/device_output.py builds a cuDF frame of them). The
+subset:
 
 - ``MATCH_NUMBER()``; ``CLASSIFIER()`` / ``CLASSIFIER(X)`` (the label ids
   come back, the strings are built on the host from the variable names);
@@ -42,7 +44,8 @@ counted by none; an empty match has NULL values and 0 counts; rows inside
 ``{- -}`` still count (exclusion only hides rows of ALL ROWS output); SUM of
 BIGINT is BIGINT, of DOUBLE is DOUBLE, summed sequentially per match in the
 interpreter's order and arithmetic; AVG is DOUBLE (the sum divided by the
-count on the host, as ``_Vectors`` does); MIN/MAX keep the first of equal
+count, as ``_Vectors`` does, on the device: IEEE division gives the host's
+bits); MIN/MAX keep the first of equal
 values; a value read from a column is cast to the column's SQL type as the
 host's gather is. The per-match kernels are kernels/segmented.py's bodies
 compiled for the device (kernels/gpu_measures.py).
