@@ -118,10 +118,15 @@ def _gpu_path(query: CheckedQuery) -> list:
              "recovery one thread per match"]
     reason = engines._AVAILABLE["gpu"].pipeline_reason(query, query.input_schema)
     if reason is None:
+        from .device_measures import device_output_reason
+        kept = device_output_reason(query)
         return ["every stage on the device: only the columns the query reads move there "
                 "(none from a cuDF frame without NULLs), sorted there unless already in "
                 "order; ONE ROW measures one thread per match; per-match results come "
-                "back"] + lines
+                "back" + (" (for a cuDF frame they stay there, a cuDF result built on the "
+                          "device, where the partition keys are numbers, booleans or "
+                          "timestamps)" if kept is None else
+                          f" (also for a cuDF frame: {kept})")] + lines
     return lines + [f"sort and measures on the host: {reason}"]
 
 

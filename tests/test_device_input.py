@@ -253,3 +253,15 @@ def test_count_of_a_string_column_reads_its_validity_on_the_device():
     assert got.equals(gpu_mr.match_recognize(table, clause, engine="reference"))
     run = gpu_mr.engines._AVAILABLE["gpu"].last_run
     assert run.reason.startswith("every stage on the device"), run
+
+
+def test_explain_says_whether_a_cudf_result_stays_on_the_device():
+    from gpu_mr.analysis import analyze
+    from gpu_mr.explain import _gpu_path
+    from gpu_mr.syntax import parse_clause
+    table = typed_ticks(50, 2, 3)
+    kept = " ".join(_gpu_path(analyze(parse_clause(DEVICE_OUTPUT), table.schema)))
+    assert "a cuDF result built on the device" in kept
+    clause = DEVICE_OUTPUT.replace("COUNT(*) AS n", "CLASSIFIER() AS n")
+    back = " ".join(_gpu_path(analyze(parse_clause(clause), table.schema)))
+    assert "also for a cuDF frame: measure n is built on the host" in back
