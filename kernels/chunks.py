@@ -196,6 +196,20 @@ def gather_chunk(k, chunk_lo, chunk_part, out_start, out_end, counts, fix_start,
 
 
 @register_jitable
+def partition_of(r, offsets, lo, hi):
+    """The partition p with ``offsets[p] <= r < offsets[p + 1]``, the last
+    such p when empty partitions share an offset, searched among
+    ``lo <= p < hi`` (where it must lie)."""
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if offsets[mid] <= r:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@register_jitable
 def gather_match(o, chunk_lo, chunk_part, out_start, out_end, counts, fix_start, fix_end,
                  fix_counts, drops, first_out, starts, ends, partitions):
     """Copy compacted match ``o`` from its chunk: the same copies as
@@ -205,14 +219,7 @@ def gather_match(o, chunk_lo, chunk_part, out_start, out_end, counts, fix_start,
     1e9 rows on an H200 (2026-11-28). Here neighbouring threads copy
     neighbouring matches, and each finds its chunk by a binary search over
     ``first_out`` (the threads of a warp mostly walk the same path)."""
-    lo = 0
-    hi = first_out.shape[0] - 1        # first_out[lo] <= o < first_out[hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if first_out[mid] <= o:
-            lo = mid
-        else:
-            hi = mid
+    lo = partition_of(o, first_out, 0, first_out.shape[0] - 1)     # o's chunk
     j = o - first_out[lo]
     base = chunk_lo[lo]
     if j < fix_counts[lo]:

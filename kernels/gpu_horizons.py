@@ -22,7 +22,7 @@ import numpy as np
 from numba import cuda
 
 from . import compiled_once
-from .gpu_positions import partition_of
+from .chunks import partition_of
 
 
 def horizon_at(s, values, valid, last, offsets):

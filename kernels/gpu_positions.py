@@ -20,27 +20,13 @@ import numpy as np
 from numba import cuda
 
 from . import compiled_once
-from .scan import register_jitable
+from .chunks import partition_of
 
 
 # Rows per block of the two-level search: each block's first and last rows'
 # partitions are found first (one binary search per block), so a row searches
 # only the partitions its block spans, usually one or two.
 BLOCK_SHIFT = 10
-
-
-@register_jitable
-def partition_of(r, offsets, lo, hi):
-    """The partition p with ``offsets[p] <= r < offsets[p + 1]``, the last
-    such p when empty partitions share an offset, searched among
-    ``lo <= p < hi`` (where it must lie)."""
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if offsets[mid] <= r:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 @compiled_once
