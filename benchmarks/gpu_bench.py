@@ -360,6 +360,11 @@ def run_case(backend, rows: int, partitions: int, args, bandwidth: float, log) -
         del stages["end_to_end_from_host"]
         declined["end_to_end_from_host"] = engine._declined[1]
     else:
+        kernels, seconds = kernel_profile(backend, lambda: engine.run_table(query, table))
+        record["end_to_end_from_host_kernels"] = {"run_seconds": seconds, "kernels": kernels}
+        log(f"  one end-to-end run from host memory profiled ({seconds * 1e3:.1f} ms): "
+            + ", ".join(f"{name} {k['seconds'] * 1e3:.1f} ms" for name, k in kernels.items()
+                        if name.startswith("[")))
         record["end_to_end_from_host_rows_per_s"] = (
             rows / stages["end_to_end_from_host"]["seconds"])
         record["from_host_identical"] = out_device is None or bool(out_host.equals(out_device))

@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .backend import span
 from .transfer import to_device_staged
 
 
@@ -81,7 +82,8 @@ class DeviceInput(abc.ABC):
     def column(self, name: str) -> tuple:
         got = self._columns.get(name)
         if got is None:
-            got = self._columns[name] = self._fetch(name)
+            with span(self.backend, "input: columns to the device"):
+                got = self._columns[name] = self._fetch(name)
         return got
 
     def key(self, name: str) -> tuple:
@@ -149,7 +151,9 @@ class _ArrowInput(DeviceInput):
         if not fixed_width(_value_type(col.type)):     # its validity only (COUNT reads it)
             valid = pc.is_valid(col).to_numpy(zero_copy_only=False) if col.null_count else None
             return None, None if valid is None else to_device_staged(self.backend, valid)
-        return self._to_device(*host_values(col))
+        with span(self.backend, "input: host values"):
+            values = host_values(col)
+        return self._to_device(*values)
 
     def _fetch_ranks(self, name: str) -> tuple:
         return self._to_device(*host_values(string_ranks(self.table.column(name))))
