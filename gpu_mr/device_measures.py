@@ -25,8 +25,11 @@ subset:
   sends the measure to the host, which gives the error;
 
 - an expression over the above (``LAST(UP.price) - FIRST(A.price)``, CASE,
-  casts): the leaves per match on the device, the expression around them
-  on the host over per-match arrays (measure_exprs.py);
+  casts): the leaves per match on the device; a BIGINT or DOUBLE expression
+  evaluated there too, by the DEFINE masks' value templates over the leaves
+  as columns (so one array per measure comes back, or none), others (and
+  one that raises at some match) on the host over per-match arrays
+  (measure_exprs.py);
 
 over integer, floating point (32 and 64 bit), boolean, date, timestamp and
 duration columns (COUNT of a column reads only its validity, so any type).
@@ -63,6 +66,7 @@ arrays per measure (8 bytes a match) and one flag scalar per aggregate.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple, Optional, Union
 
 import numpy as np
@@ -315,13 +319,16 @@ def device_measure_columns(query: CheckedQuery) -> list:
 def device_output_reason(query: CheckedQuery) -> Optional[str]:
     """None when every measure of ``query`` can stay on the device as a
     column (``measures_on_device(..., on_device=True)``), else why not:
-    CLASSIFIER (strings) and expressions over measures are built on the
-    host."""
+    CLASSIFIER (strings) and expressions over measures of other types than
+    BIGINT and DOUBLE are built on the host. (Data decides the rest: an
+    expression that raises at some match is the host's too.)"""
     forms = _forms(query)
     if isinstance(forms, str):
         return forms
     for meas, form in forms:
-        if form[0] in ("label", "expr"):
+        if form[0] == "label" or (form[0] == "expr" and (
+                form[1].type is None or form[1].type.kind not in ("BIGINT", "DOUBLE")
+                or any(leaf_form[0] == "label" for _, leaf_form in form[2]))):
             return f"measure {meas.name} is built on the host"
     return None
 
@@ -497,6 +504,9 @@ class _Run:
         computes it."""
         kind = form[0]
         if kind == "expr":
+            got = self.expression(form)         # one array back instead of its leaves
+            if not isinstance(got, str):
+                return self.host(got, got.type)
             _, expr, leaf_forms = form
             arrays = {id(leaf): self.measure(leaf_form) for leaf, leaf_form in leaf_forms}
             bad = [a for a in arrays.values() if isinstance(a, str)]
@@ -512,15 +522,56 @@ class _Run:
             return got
         return self.host(got, _form_target(form, got))
 
+    def expression(self, form: tuple) -> Union[DeviceColumn, str]:
+        """A BIGINT or DOUBLE expression over measures (``LAST(UP.price) -
+        FIRST(A.price)``, ``SUM(p * v) / SUM(v)``) per match on the device:
+        its leaves become the columns of a per-match table, and the DEFINE
+        masks' value templates (predicates/device_masks.py) evaluate it
+        there with their exact semantics (NULLs, BIGINT overflow and
+        division by zero flagged); or why not (another result type, a leaf
+        of another type, a match where it raises: measure_exprs.py on the
+        host then decides)."""
+        from .predicates.device_masks import compile_device_value
+        _, expr, leaf_forms = form
+        if expr.type is None or expr.type.kind not in ("BIGINT", "DOUBLE"):
+            return "an expression of another type than BIGINT or DOUBLE"
+        columns, refs, fields = {}, {}, []
+        for i, (leaf, leaf_form) in enumerate(leaf_forms):
+            got = self.on_device(leaf_form)
+            if isinstance(got, str):
+                return got
+            if got.type not in (pa.int64(), pa.float64()) or (
+                    _form_target(leaf_form, got) != got.type):
+                return f"leaf {leaf.to_sql()} of type {_form_target(leaf_form, got)}"
+            name = f"leaf {i}"
+            columns[name] = (got.values, got.valid)
+            refs[id(leaf)] = A.ColumnRef(column=name, quoted=True, resolved=name,
+                                         type=leaf.type)
+            fields.append(pa.field(name, got.type))
+        value = compile_device_value(_with_leaves(expr, refs), None, pa.schema(fields))
+        if isinstance(value, str):
+            return value
+        got = value.evaluate(self.xp, columns, self.m)
+        if got is None:
+            return "the expression raises at some match"
+        values, valid = got
+        t = pa.float64() if values.dtype.kind == "f" else pa.int64()
+        if t != expr.type.arrow():
+            return f"the device computes {t}"
+        return DeviceColumn(values, valid, t)
+
     def on_device(self, form: tuple) -> Union[DeviceColumn, str]:
         """The measure of ``form`` per match as a device column in the
         type the device computes it in (:func:`_form_target` says the
         measure's), or why the device does not give it: CLASSIFIER and
-        expressions over other measures are built on the host."""
+        expressions over measures of other types than BIGINT and DOUBLE are
+        built on the host."""
         from .kernels import gpu_measures as K
         f, kind = self.f, form[0]
-        if kind in ("expr", "label"):
-            return "CLASSIFIER and expressions over measures are built on the host"
+        if kind == "expr":
+            return self.expression(form)
+        if kind == "label":
+            return "CLASSIFIER is built on the host"
         if kind == "number":
             return DeviceColumn(f.numbers.astype(np.int64, copy=False), None, pa.int64())
         if kind == "value":
@@ -558,6 +609,27 @@ class _Run:
         xp = self.xp
         return DeviceColumn(sums.astype(np.float64) / xp.where(some, counts, 1), valid,
                             pa.float64())
+
+
+def _with_leaves(e: A.Node, refs: dict) -> A.Node:
+    """``e`` with the nodes whose ids ``refs`` holds replaced by their
+    values there (AST nodes are frozen dataclasses: rebuilt, not changed)."""
+    if id(e) in refs:
+        return refs[id(e)]
+
+    def one(v):
+        if isinstance(v, A.Node):
+            return _with_leaves(v, refs)
+        if isinstance(v, tuple):
+            return tuple(one(x) for x in v)
+        return v
+    changes = {}
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        new = one(v)
+        if new is not v and new != v:
+            changes[f.name] = new
+    return dataclasses.replace(e, **changes) if changes else e
 
 
 def _form_target(form: tuple, got: DeviceColumn) -> pa.DataType:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import gpu_mr
 from gpu_mr import backend as B
 from gpu_mr.device_input import from_arrow, from_cudf
+from gpu_mr.errors import GpuMrError
 
 from test_cpu_engine import assert_engine_gives_the_references, row_local_clauses, tables
 
@@ -170,16 +171,26 @@ def test_cudf_output_is_built_on_the_device(cudf, seed):
     assert want.column("lv").null_count and want.column("av").null_count
 
 
-@pytest.mark.parametrize("measure", ["CLASSIFIER() AS cl", "FIRST(A.day) AS d",
-                                     "LAST(C.price) - FIRST(A.price) AS gain"])
+@pytest.mark.parametrize("measure", [
+    "CLASSIFIER() AS cl", "FIRST(A.day) AS d",
+    "CASE WHEN COUNT(*) > 4 THEN 'long' ELSE 'short' END AS k",
+    "SUM(B.v) / (COUNT(*) - 4) AS q"])
 def test_cudf_output_built_on_the_host_where_the_device_does_not(cudf, measure):
-    # strings and expressions over measures are built on the host; a date
-    # stays on the device but becomes a cuDF column through Arrow
+    # strings are built on the host, and an expression that raises at some
+    # match (a division by zero where COUNT(*) is 4) is the host's to decide
+    # (here the interpreter's error); a date stays on the device but becomes
+    # a cuDF column through Arrow
     table = typed_ticks(300, 3, 9)
     clause = DEVICE_OUTPUT.replace("MATCH_NUMBER() AS m", f"MATCH_NUMBER() AS m, {measure}")
     frame = cudf.DataFrame.from_arrow(table)
     if not REAL_CUDF:
         cudf.DataFrame.from_arrow_calls = 0
+    if "/" in measure:
+        with pytest.raises(GpuMrError, match="division by zero") as raised:
+            gpu_mr.match_recognize(table, clause, engine="reference")
+        with pytest.raises(type(raised.value), match="division by zero"):
+            gpu_mr.match_recognize(frame, clause, engine="gpu")
+        return
     got = gpu_mr.match_recognize(frame, clause, engine="gpu")
     if not REAL_CUDF:       # the output came through host Arrow, the input did not
         assert cudf.DataFrame.from_arrow_calls == 1 and cudf.DataFrame.whole_frame_to_arrow == 0
@@ -187,6 +198,27 @@ def test_cudf_output_built_on_the_host_where_the_device_does_not(cudf, measure):
     assert run.reason.startswith("every stage on the device")
     assert run.reason.endswith("the output stays there") == ("day" in measure), run
     assert got.to_arrow().equals(gpu_mr.match_recognize(table, clause, engine="reference"))
+
+
+EXPRESSIONS = ("LAST(C.price) - FIRST(A.price) AS gain, SUM(B.v) / COUNT(*) AS q, "
+               "COUNT(*) * 2 + MATCH_NUMBER() AS k, -AVG(B.v) AS nav, "
+               "CASE WHEN SUM(B.v) > 0 THEN MAX(C.price) ELSE 0.5 END AS pick")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cudf_output_of_expressions_over_measures_is_built_on_the_device(cudf, seed):
+    # BIGINT and DOUBLE expressions over measures, NULL leaves among them
+    table = typed_ticks(400, 3, 60 + seed)
+    clause = DEVICE_OUTPUT.replace("MATCH_NUMBER() AS m", EXPRESSIONS)
+    frame = cudf.DataFrame.from_arrow(table)
+    if not REAL_CUDF:
+        cudf.DataFrame.from_arrow_calls = 0
+    got = gpu_mr.match_recognize(frame, clause, engine="gpu")
+    if not REAL_CUDF:
+        assert cudf.DataFrame.from_arrow_calls == 0 and cudf.DataFrame.whole_frame_to_arrow == 0
+    assert gpu_mr.engines._AVAILABLE["gpu"].last_run.reason.endswith("the output stays there")
+    want = gpu_mr.match_recognize(table, clause, engine="reference")
+    assert got.to_arrow().equals(want) and want.column("nav").null_count
 
 
 @pytest.mark.parametrize("seed", range(4))

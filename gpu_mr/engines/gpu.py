@@ -219,7 +219,8 @@ class GpuEngine:
         go to the device and only per-match results come back, as a
         pyarrow Table. ``on_device``: the output stays on the device
         (a ``device_output.DeviceOutput``) where every output column can
-        (measures other than CLASSIFIER and expressions over measures,
+        (measures other than CLASSIFIER and expressions over measures of
+        other types than BIGINT and DOUBLE,
         partition keys of fixed-width types); else it comes back as a
         Table. None when a stage needs the host (``last_run`` says which;
         the caller then runs the host-sorted path, which is exact)."""
