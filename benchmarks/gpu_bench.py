@@ -414,6 +414,11 @@ def run_measures_case(backend, rows: int, partitions: int, args, log) -> dict:
         record["declined"] = engine._declined[1]
         log(f"v_shape_vwap {rows:,} rows: the device pipeline declined: {record['declined']}")
         return record
+    kernels, profiled = kernel_profile(backend, lambda: engine.run_input(query, source))
+    record["kernels"] = {"run_seconds": profiled, "kernels": kernels}
+    log(f"  v_shape_vwap profiled ({profiled * 1e3:.1f} ms): "
+        + ", ".join(f"{name} {k['seconds'] * 1e3:.1f} ms" for name, k in kernels.items()
+                    if name.startswith("[")))
     table = host_table(backend, columns)
     cpu_seconds, cpu_out = timed(backend, lambda: gpu_mr.match_recognize(
         table, V_SHAPE_VWAP, engine="cpu"), args.repeat)
