@@ -30,7 +30,7 @@ key array; the offsets, O(partitions) back to the host.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -93,9 +93,9 @@ def order_rows(backend, keys: list, n_partition_keys: int, n: int) -> DeviceOrde
     if not backend.simulated and len(arrays) <= MAX_ARRAYS:
         # one fused pass on a device; the array expressions below read each
         # key four to five times (kernels/gpu_order.py)
-        in_order, changed = adjacent_order(backend, arrays, n_partition_arrays)
+        in_order, starts = adjacent_order(backend, arrays, n_partition_arrays)
         if in_order:
-            return DeviceOrder(None, _offsets_of_changes(backend, changed, n))
+            return DeviceOrder(None, _offsets_of_starts(starts, n))
     elif _in_order(xp, arrays):
         return DeviceOrder(None, _offsets(backend, arrays[:n_partition_arrays], n))
     rows = xp.arange(n, dtype=np.int64)
@@ -151,6 +151,14 @@ def _offsets(backend, partition_arrays: list, n: int) -> np.ndarray:
         differs = a[:-1] != a[1:]
         changed = differs if changed is None else changed | differs
     return _offsets_of_changes(backend, changed, n)
+
+
+def _offsets_of_starts(starts: Optional[np.ndarray], n: int) -> np.ndarray:
+    """Partition offsets from the rows where partitions after the first
+    start (host int64, ascending; None: one partition)."""
+    if starts is None:
+        return np.array([0, n], dtype=np.int64)
+    return np.concatenate([np.zeros(1, np.int64), starts, np.array([n], np.int64)])
 
 
 def _offsets_of_changes(backend, changed, n: int) -> np.ndarray:
