@@ -117,6 +117,16 @@ class DeviceInput(abc.ABC):
         device: a source on the device gathers there, so rows found there
         need not cross the bus twice), as Arrow."""
 
+    def _take_on_device(self, name: str, rows) -> pa.Array:
+        """``take`` from the column's device arrays: the values at ``rows``
+        gathered there and brought back (a column whose Arrow type its
+        device storage is, or stores as integers: see :func:`host_values`)."""
+        values, valid = self.column(name)
+        at = self.backend.to_device(rows)
+        mask = None if valid is None else ~np.asarray(self.backend.to_host(valid[at]), bool)
+        return pa.array(np.asarray(self.backend.to_host(values[at])),
+                        self.schema.field(name).type, mask=mask)
+
 
 def columns_reason(schema: pa.Schema, names: Sequence[str], keys: Sequence[str] = (),
                    ranks_keys: bool = True) -> Optional[str]:
@@ -165,6 +175,12 @@ class _ArrowInput(DeviceInput):
                 None if valid is None else to_device_staged(b, valid))
 
     def take(self, name: str, rows) -> pa.Array:
+        t = self.schema.field(name).type
+        if name in self._columns and fixed_width(t) and not pa.types.is_float16(t):
+            # on the device already (a partition key the sort read): gathered
+            # there, as the rows are, instead of the rows coming to the host
+            # for a take over the whole column
+            return self._take_on_device(name, rows)
         return self.table.column(name).take(pa.array(self.backend.to_host(rows), pa.int64()))
 
 
@@ -267,11 +283,7 @@ class _ArraysInput(DeviceInput):
         raise KeyError(f"no device column {name!r}")
 
     def take(self, name: str, rows) -> pa.Array:
-        values, valid = self.column(name)
-        at = self.backend.to_device(rows)
-        mask = None if valid is None else ~self.backend.to_host(valid[at])
-        return pa.array(self.backend.to_host(values[at]), self.schema.field(name).type,
-                        mask=mask)
+        return self._take_on_device(name, rows)
 
 
 def from_device_columns(backend, schema: pa.Schema, columns: dict) -> DeviceInput:

@@ -297,3 +297,23 @@ def test_explain_says_whether_a_cudf_result_stays_on_the_device():
     clause = DEVICE_OUTPUT.replace("COUNT(*) AS n", "CLASSIFIER() AS n")
     back = " ".join(_gpu_path(analyze(parse_clause(clause), table.schema)))
     assert "also for a cuDF frame: measure n is built on the host" in back
+
+
+@pytest.mark.parametrize("key", [
+    pa.array([3, None, -1, 7] * 30, pa.int8()), pa.array([1.5, -0.0, None, 0.0] * 30),
+    pa.array([True, None, False, True] * 30), pa.array([0, 1, None, 3] * 30, pa.date32()),
+    pa.array([5, None, 7, 8] * 30, pa.timestamp("ms")),
+    pa.array([1, 2, None, 2] * 30, pa.duration("s")), pa.array([1.0, 2.0, 2.0, 0.5] * 30,
+                                                                pa.float16())])
+def test_partition_keys_of_every_type_come_back_from_the_device(key):
+    # the output's partition keys gathered from the columns the sort put on
+    # the device (float16, held widened, takes the host's take)
+    rng = np.random.default_rng(len(key))
+    n = len(key)
+    table = pa.table({"k": key, "ts": rng.permutation(n),
+                      "price": np.round(rng.normal(0, 1, n).cumsum(), 1)})
+    clause = V_SHAPE.replace("PARTITION BY sym", "PARTITION BY k")
+    got = gpu_mr.match_recognize(table, clause, engine="gpu")
+    assert gpu_mr.engines._AVAILABLE["gpu"].last_run.reason.startswith("every stage")
+    want = gpu_mr.match_recognize(table, clause, engine="reference")
+    assert got.equals(want) and want.num_rows > 3
