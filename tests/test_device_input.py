@@ -304,7 +304,10 @@ def test_explain_says_whether_a_cudf_result_stays_on_the_device():
     pa.array([True, None, False, True] * 30), pa.array([0, 1, None, 3] * 30, pa.date32()),
     pa.array([5, None, 7, 8] * 30, pa.timestamp("ms")),
     pa.array([1, 2, None, 2] * 30, pa.duration("s")), pa.array([1.0, 2.0, 2.0, 0.5] * 30,
-                                                                pa.float16())])
+                                                                pa.float16()),
+    pa.array([0, 86400000, None, 0] * 30, pa.date64()),
+    pa.array([5, 6, None, 8] * 30, pa.timestamp("us", tz="UTC")),
+    pa.array([2**64 - 1, 0, None, 7] * 30, pa.uint64())])
 def test_partition_keys_of_every_type_come_back_from_the_device(key):
     # the output's partition keys gathered from the columns the sort put on
     # the device (float16, held widened, takes the host's take)
