@@ -37,6 +37,22 @@ def streamed(table, clause, cuts, engine="auto"):
     return pa.concat_tables(pieces) if pieces else None
 
 
+def assert_streamed_gives_the_reference(table, clause, cuts, engine="auto") -> None:
+    """``table`` cut at ``cuts`` and streamed through ``engine`` gives the
+    reference engine's whole-table output, or raises its kind of error."""
+    try:
+        want = gpu_mr.match_recognize(table, clause, engine="reference")
+    except GpuMrError as exc:
+        with pytest.raises(type(exc)):
+            streamed(table, clause, cuts, engine=engine)
+        return
+    got = streamed(table, clause, cuts, engine=engine)
+    if got is None:
+        assert want.num_rows == 0
+    else:
+        assert got.equals(want), f"\n{clause}\n{cuts}\n{got.to_pylist()}\n{want.to_pylist()}"
+
+
 @st.composite
 def sorted_tables(draw):
     n = draw(st.integers(1, 40))
@@ -62,17 +78,7 @@ MEASURES = ("MEASURES COUNT(*) AS n, MATCH_NUMBER() AS mno, FIRST(ts) AS s, LAST
                         "ALL ROWS PER MATCH OMIT EMPTY MATCHES"]))
 def test_pieces_equal_the_whole(clause, table, cuts, rows):
     clause = clause.replace("MEASURES COUNT(*) AS n", f"{MEASURES} {rows}")
-    try:
-        want = gpu_mr.match_recognize(table, clause, engine="reference")
-    except GpuMrError as exc:
-        with pytest.raises(type(exc)):
-            streamed(table, clause, cuts)
-        return
-    got = streamed(table, clause, cuts)
-    if got is None:
-        assert want.num_rows == 0
-    else:
-        assert got.equals(want), f"\n{clause}\n{cuts}\n{got.to_pylist()}\n{want.to_pylist()}"
+    assert_streamed_gives_the_reference(table, clause, cuts)
 
 
 def test_a_long_partition_in_many_batches():
@@ -131,17 +137,7 @@ def test_state_dependent_pieces_equal_the_whole(stream, cuts, rows):
         query = None        # both engines raise it (below)
     if query is not None and (not query.history_dependent or choose_path(query)[0] is None):
         return              # row-local (the test above), or not on the CPU engine
-    try:
-        want = gpu_mr.match_recognize(table, clause, engine="reference")
-    except GpuMrError as exc:
-        with pytest.raises(type(exc)):
-            streamed(table, clause, cuts, engine="cpu")
-        return
-    got = streamed(table, clause, cuts, engine="cpu")
-    if got is None:
-        assert want.num_rows == 0
-    else:
-        assert got.equals(want), f"\n{clause}\n{cuts}\n{got.to_pylist()}\n{want.to_pylist()}"
+    assert_streamed_gives_the_reference(table, clause, cuts, engine="cpu")
 
 
 def test_unsorted_batches_are_a_data_error():
