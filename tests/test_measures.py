@@ -297,6 +297,127 @@ def test_segmented_kernels_against_python(seg_args, data):
                         assert rows[q] == (els[k] - lo_q[q] + starts[q] if k < len(els) else -1)
 
 
+@st.composite
+def every_row_segments(draw):
+    """Segments whose every row counts, none NULL (the ``_blocks`` kernels'
+    case): lengths on both sides of ``BLOCK_ROWS``, rows anywhere, also
+    within a block of the end (read row by row there); ``(starts,
+    offsets, rows)``."""
+    block = segmented.BLOCK_ROWS
+    lengths = draw(st.lists(st.integers(0, block + 4), min_size=1, max_size=8))
+    n_rows = max(lengths) + draw(st.integers(0, 2 * block))
+    starts = np.array([draw(st.integers(0, n_rows - ln)) for ln in lengths], np.int64)
+    return starts, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), n_rows
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(every_row_segments(), st.data())
+def test_block_sums_against_python(seg_args, data):
+    """The ``_blocks`` sums, compiled and plain, give exactly Python's sums
+    (and the row-by-row kernels' totals, compensated or not), counts, NaN
+    flags and overflow flags; rows past a segment hold values that would
+    change any sum (NaN, infinities, -0.0, huge integers)."""
+    starts, offsets, n_rows = seg_args
+    xs = np.array(data.draw(st.lists(FLOATS | st.just(math.nan), min_size=n_rows,
+                                     max_size=n_rows)), np.float64)
+    big = st.sampled_from([2**62, -2**62, 2**63 - 1, -2**63])
+    ks = np.array(data.draw(st.lists(st.integers(-3, 3) | big, min_size=n_rows,
+                                     max_size=n_rows)), np.int64)
+    m = offsets.shape[0] - 1
+    masks = segmented.block_masks()
+    every = segmented.EVERY_ROW
+    for compiled in (False, True):
+        k = segmented.kernels(0, compiled)
+        for compensated in (False, True):
+            got, want = np.full(m, 7.0), np.full(m, 7.0)
+            gc, wc = np.full(m, -1, np.int64), np.full(m, -1, np.int64)
+            nan = k[6](xs.view(np.int64), starts, offsets, compensated, masks, got, gc)
+            nan_rows = k[2](xs, segmented._NO_VALID, False, np.ones(1, bool), every, starts,
+                            offsets, False, compensated, want, wc)
+            assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
+            assert gc.tolist() == wc.tolist() == np.diff(offsets).tolist()
+            assert bool(nan) == bool(nan_rows)
+        got, counts = np.full(m, 7, np.int64), np.zeros(0, np.int64)
+        over = k[5](ks, starts, offsets, masks, got, counts)
+        exact = [sum(int(v) for v in ks[s:s + n]) for s, n in zip(starts, np.diff(offsets))]
+        running = [np.cumsum([int(v) for v in ks[s:s + n]], dtype=object)
+                   for s, n in zip(starts, np.diff(offsets))]
+        left = any(int(r) > 2**63 - 1 or int(r) < -2**63 for rs in running for r in rs)
+        assert bool(over) == left
+        if not left:
+            assert got.tolist() == exact
+        for i, (s, n) in enumerate(zip(starts, np.diff(offsets))):
+            if not any(math.isnan(v) for v in xs[s:s + n]):
+                want = sum(float(v) for v in xs[s:s + n])
+                assert struct.pack("<d", want) == struct.pack(
+                    "<d", segmented.segmented_sum(
+                        xs, segmented.Segments(np.ones(1, bool), every, starts[i:i + 1],
+                                               np.array([0, n]), compiled=compiled))[0][0])
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(every_row_segments(), st.data())
+def test_block_extremes_against_python(seg_args, data):
+    """The ``_blocks`` MIN/MAX rows, compiled and plain, are Python's
+    (``min``/``max``, the first of equal keys), with keys equal to the value
+    the rows past a segment read as (infinities, the integer extremes),
+    and the NaN flag; ``row_base`` is added."""
+    starts, offsets, n_rows = seg_args
+    floats = np.array(data.draw(st.lists(FLOATS | st.sampled_from([-math.inf, math.nan]),
+                                         min_size=n_rows, max_size=n_rows)), np.float64)
+    ints = np.array(data.draw(st.lists(st.integers(-2, 2) | st.sampled_from([2**63 - 1, -2**63]),
+                                       min_size=n_rows, max_size=n_rows)), np.int64)
+    m = offsets.shape[0] - 1
+    lengths = np.diff(offsets)
+    for compiled in (False, True):
+        k = segmented.kernels(0, compiled)
+        for keys in (floats, ints):
+            for want_max in (False, True):
+                got = np.full(m, 7, np.int64)
+                nan = k[7](keys, keys.view(np.int64), starts, offsets, want_max, np.int64(100),
+                           np.int64(segmented.far_bits(keys.dtype, want_max)),
+                           segmented.block_masks(), got)
+                seen_nan = False
+                for i, (s, n) in enumerate(zip(starts, lengths)):
+                    vals = keys[s:s + n].tolist()
+                    if any(v != v for v in vals):
+                        seen_nan = True
+                        continue
+                    pick = max if want_max else min
+                    assert got[i] == (s + vals.index(pick(vals)) + 100 if n else -1)
+                assert bool(nan) == seen_nan
+
+
+def test_block_sums_are_chosen_where_lengths_vary(monkeypatch):
+    """segmented_sum and segmented_arg_extreme take the ``_blocks`` kernels
+    for every-row totals of varying lengths, the row-by-row ones for one
+    length or labels."""
+    calls = []
+    real = segmented.Segments.run
+
+    def run(self, which, *args, **kwargs):
+        calls.append(which)
+        return real(self, which, *args, **kwargs)
+    monkeypatch.setattr(segmented.Segments, "run", run)
+    xs = np.arange(20, dtype=np.float64)
+    varied = segmented.Segments(np.ones(1, bool), segmented.EVERY_ROW, np.array([0, 5, 9]),
+                                np.array([0, 3, 4, 9]))
+    alike = segmented.Segments(np.ones(1, bool), segmented.EVERY_ROW, np.array([0, 5, 9]),
+                               np.array([0, 1, 2, 3]))
+    labelled = segmented.Segments(np.ones(1, bool), np.zeros(9, np.int16),
+                                  np.array([0, 5, 9]), np.array([0, 3, 4, 9]))
+    for seg, want in ((varied, [6, 5, 7]), (alike, [2, 1, 3]), (labelled, [2, 1, 3])):
+        calls.clear()
+        sums = [segmented.segmented_sum(xs, seg)[0], segmented.segmented_sum(xs.astype(np.int64),
+                                                                           seg)[0]]
+        top = segmented.segmented_arg_extreme(-xs, seg, True)
+        assert calls == want
+        lengths = np.diff(seg.offsets)
+        assert sums[0].tolist() == [sum(xs[s:s + n]) for s, n in zip(seg.starts, lengths)]
+        assert sums[1].tolist() == [int(sum(xs[s:s + n])) for s, n in zip(seg.starts, lengths)]
+        assert top.tolist() == [s if n else -1 for s, n in zip(seg.starts, lengths)]
+
+
 def _one_segment(n: int, compiled: bool):
     return segmented.Segments(np.array([True]), np.zeros(n, np.int16), np.array([0]),
                               np.array([0, n]), None, True, compiled)
