@@ -482,6 +482,38 @@ def test_compiled_kernels_in_assembly(monkeypatch, split):
              "DEFINE B AS price < PREV(price), C AS price > PREV(price)", t)
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_block_totals_in_assembly(monkeypatch, split):
+    """Totals over every row of a match and over one variable's run, where
+    the ``_blocks`` kernels take them (compiled, lengths varying), on
+    values a masked row would spoil: infinities, -0.0, integers at the
+    BIGINT limits (a sum past them raises as the interpreter's does), ties
+    for MIN/MAX; in chunks of 7 rows (blocks cut by a chunk's end, matches
+    across chunks), the interpreter's table."""
+    monkeypatch.setattr(segmented, "JIT_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(measures, "G_MIN_ROWS", 0)
+    if split:
+        _split_everything(monkeypatch)
+    n = 400
+    rng = np.random.default_rng(5)
+    price = np.cumsum(rng.choice([-1.0, 1.0, 0.0], n, p=[0.45, 0.45, 0.1])) + 100
+    x = rng.choice([0.5, -0.0, 0.0, math.inf, -math.inf, 1e308, -2.5, 3.0], n)
+    big = rng.choice([2**62, -2**62, 2**63 - 1, -2**63, 7, -7, 0], n)
+    t = pa.table({"p": np.repeat([0, 1], n // 2), "ts": np.arange(n), "price": price,
+                  "x": x, "k": big, "v": rng.integers(-5, 5, n)})
+    t = pa.Table.from_batches(t.to_batches(max_chunksize=7))
+    clause = ("PARTITION BY p ORDER BY ts MEASURES SUM(x) AS sx, AVG(x) AS ax, MIN(x) AS lx, "
+              "MAX(x) AS hx, SUM(v) AS sv, MIN(v) AS lv, MAX(B.price) AS hb, "
+              "MIN(C.v) AS lc, AVG(C.x) AS ac, COUNT(*) AS n ONE ROW PER MATCH "
+              "PATTERN (A B+ C+) DEFINE B AS price < PREV(price), C AS price > PREV(price)")
+    both(clause, t)
+    with pytest.raises(DataError) as want:
+        run(clause.replace("SUM(v)", "SUM(k)"), t, vectorised=False)
+    with pytest.raises(DataError) as got:
+        run(clause.replace("SUM(v)", "SUM(k)"), t, arrays=True)
+    assert str(got.value) == str(want.value)
+
+
 @pytest.mark.parametrize("max_crossing,split", [(0, False), (64, False), (64, True)])
 def test_chunked_columns_in_assembly(monkeypatch, max_crossing, split):
     """Columns in chunks (one sliced, one dictionary-encoded) with matches
