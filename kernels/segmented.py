@@ -222,6 +222,17 @@ def block_masks() -> np.ndarray:
     return np.where(inside, -1, 0).astype(np.int64).ravel()
 
 
+@register_jitable
+def _segment(starts, offsets, i, n):
+    """Segment ``i`` of the ``_blocks`` kernels over ``n`` rows: its first
+    row, its length, whether it is read as a block (at most
+    ``BLOCK_ROWS`` rows, the block inside the rows) and its row of the
+    masks."""
+    s = starts[i]
+    length = offsets[i + 1] - offsets[i]
+    return s, length, length <= BLOCK_ROWS and s + BLOCK_ROWS <= n, np.uint64(length * BLOCK_ROWS)
+
+
 def segment_sum_int_blocks(values, starts, offsets, masks, out, counts):
     """:func:`segment_sum_int`'s totals where every row of a segment counts
     and none is NULL: a segment of at most ``BLOCK_ROWS`` rows whose block
@@ -236,12 +247,10 @@ def segment_sum_int_blocks(values, starts, offsets, masks, out, counts):
     for i in range(m):
         if i + PREFETCH_SEGMENTS < m:
             prefetch(values, starts[i + PREFETCH_SEGMENTS])
-        s = starts[i]
-        length = offsets[i + 1] - offsets[i]
+        s, length, blocked, row = _segment(starts, offsets, i, n)
         acc = 0
-        if length <= BLOCK_ROWS and s + BLOCK_ROWS <= n:
+        if blocked:
             first = np.uint64(s)
-            row = np.uint64(length * BLOCK_ROWS)
             for k in range(BLOCK_ROWS):
                 uk = np.uint64(k)
                 acc, over = add_checked(acc, int(values[first + uk]) & int(masks[row + uk]))
@@ -274,13 +283,11 @@ def segment_sum_float_blocks(bits, starts, offsets, compensated, masks, out, cou
     for i in range(m):
         if i + PREFETCH_SEGMENTS < m:
             prefetch(bits, starts[i + PREFETCH_SEGMENTS])
-        s = starts[i]
-        length = offsets[i + 1] - offsets[i]
+        s, length, blocked, row = _segment(starts, offsets, i, n)
         f = 0.0
         c = 0.0
-        if length <= BLOCK_ROWS and s + BLOCK_ROWS <= n:
+        if blocked:
             first = np.uint64(s)
-            row = np.uint64(length * BLOCK_ROWS)
             x = as_float(int(bits[first]) & int(masks[row]))
             nan |= x != x
             f = 0.0 + x
@@ -368,17 +375,15 @@ def segment_arg_extreme_blocks(keys, bits, starts, offsets, want_max, row_base, 
     for i in range(m):
         if i + PREFETCH_SEGMENTS < m:
             prefetch(keys, starts[i + PREFETCH_SEGMENTS])
-        s = starts[i]
-        length = offsets[i + 1] - offsets[i]
+        s, length, blocked, row = _segment(starts, offsets, i, n)
         if length == 0:
             out[i] = -1
             continue
         best = s
         v = keys[np.uint64(s)]
         nan |= v != v
-        if length <= BLOCK_ROWS and s + BLOCK_ROWS <= n:
+        if blocked:
             first = np.uint64(s)
-            row = np.uint64(length * BLOCK_ROWS)
             for k in range(1, BLOCK_ROWS):
                 uk = np.uint64(k)
                 keep = int(masks[row + uk])

@@ -459,14 +459,20 @@ def _split_everything(monkeypatch):
     monkeypatch.setattr(buffers, "empty", garbage)
 
 
-@pytest.mark.parametrize("split", [False, True])
-def test_compiled_kernels_in_assembly(monkeypatch, split):
-    """With the numba kernels (used for large inputs), whole or in pieces on
-    threads: the same table as the interpreter."""
+def _compiled_measures(monkeypatch, split: bool) -> None:
+    """The measures' compiled kernels however small the input, and with
+    ``split`` every call in pieces on threads (:func:`_split_everything`)."""
     monkeypatch.setattr(segmented, "JIT_MIN_ELEMENTS", 0)
     monkeypatch.setattr(measures, "G_MIN_ROWS", 0)
     if split:
         _split_everything(monkeypatch)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_compiled_kernels_in_assembly(monkeypatch, split):
+    """With the numba kernels (used for large inputs), whole or in pieces on
+    threads: the same table as the interpreter."""
+    _compiled_measures(monkeypatch, split)
     n = 600
     rng = np.random.default_rng(1)
     price = np.round(rng.random(n) * 100, 2)
@@ -490,10 +496,7 @@ def test_block_totals_in_assembly(monkeypatch, split):
     BIGINT limits (a sum past them raises as the interpreter's does), ties
     for MIN/MAX; in chunks of 7 rows (blocks cut by a chunk's end, matches
     across chunks), the interpreter's table."""
-    monkeypatch.setattr(segmented, "JIT_MIN_ELEMENTS", 0)
-    monkeypatch.setattr(measures, "G_MIN_ROWS", 0)
-    if split:
-        _split_everything(monkeypatch)
+    _compiled_measures(monkeypatch, split)
     n = 400
     rng = np.random.default_rng(5)
     price = np.cumsum(rng.choice([-1.0, 1.0, 0.0], n, p=[0.45, 0.45, 0.1])) + 100
@@ -520,10 +523,7 @@ def test_chunked_columns_in_assembly(monkeypatch, max_crossing, split):
     across the borders, compiled kernels: the interpreter's table, whether
     the crossing matches run one by one or the chunks are combined, and with
     the kernel calls cut into pieces on threads."""
-    monkeypatch.setattr(segmented, "JIT_MIN_ELEMENTS", 0)
-    if split:
-        _split_everything(monkeypatch)
-    monkeypatch.setattr(measures, "G_MIN_ROWS", 0)
+    _compiled_measures(monkeypatch, split)
     monkeypatch.setattr(measures, "_MAX_CROSSING", max_crossing)
     n = 700
     rng = np.random.default_rng(2)
