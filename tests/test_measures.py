@@ -337,6 +337,12 @@ def test_block_sums_against_python(seg_args, data):
             assert got.view(np.int64).tolist() == want.view(np.int64).tolist()
             assert gc.tolist() == wc.tolist() == np.diff(offsets).tolist()
             assert bool(nan) == bool(nan_rows)
+            if compensated != segmented.COMPENSATED_SUM:
+                continue
+            for i, (s, n) in enumerate(zip(starts, np.diff(offsets))):
+                if not any(math.isnan(v) for v in xs[s:s + n]):   # this Python's sum
+                    python = sum(float(v) for v in xs[s:s + n])
+                    assert struct.pack("<d", got[i]) == struct.pack("<d", python)
         got, counts = np.full(m, 7, np.int64), np.zeros(0, np.int64)
         over = k[5](ks, starts, offsets, masks, got, counts)
         exact = [sum(int(v) for v in ks[s:s + n]) for s, n in zip(starts, np.diff(offsets))]
@@ -346,13 +352,17 @@ def test_block_sums_against_python(seg_args, data):
         assert bool(over) == left
         if not left:
             assert got.tolist() == exact
-        for i, (s, n) in enumerate(zip(starts, np.diff(offsets))):
-            if not any(math.isnan(v) for v in xs[s:s + n]):
-                want = sum(float(v) for v in xs[s:s + n])
-                assert struct.pack("<d", want) == struct.pack(
-                    "<d", segmented.segmented_sum(
-                        xs, segmented.Segments(np.ones(1, bool), every, starts[i:i + 1],
-                                               np.array([0, n]), compiled=compiled))[0][0])
+
+
+def test_block_sum_of_negative_zeros_is_positive_zero():
+    """Python's ``sum`` of -0.0s is +0.0 (it starts at the integer 0), in a
+    full block too, where no masked row's +0.0 would hide a wrong start."""
+    xs = np.full(20, -0.0)
+    for compiled in (False, True):
+        seg = segmented.Segments(np.ones(1, bool), segmented.EVERY_ROW, np.array([0, 8, 9]),
+                                 np.array([0, 8, 9, 12]), compiled=compiled)
+        sums = segmented.segmented_sum(xs, seg)[0]
+        assert [struct.pack("<d", v) for v in sums] == [struct.pack("<d", 0.0)] * 3
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
