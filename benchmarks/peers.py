@@ -10,7 +10,8 @@ matches, and prints the speed ratio measured in this one run. Peers:
   implementation; the default): ``STRT DOWN+ UP+``, or with ``--query
   rebound`` ``A B+ C`` with ``C.price > A.price`` (a DEFINE that reads the
   match so far). JSON goes to
-  ``benchmarks/results/peers-<date>-<host kind>[-rebound].json``.
+  ``benchmarks/results/peers-<date>-<host kind>[-rebound].json`` unless
+  ``-o`` names a file (a second run on the same day replaces the default).
 - ``flink``: Apache Flink SQL through PyFlink (PyPI ``apache-flink``), batch
   mode, parallelism 1, a filesystem CSV source and a filesystem CSV sink.
   Flink rejects a greedy quantifier at the end of a pattern, so both engines
@@ -257,6 +258,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rows", type=_count, default=1_000_000)
     ap.add_argument("--symbols", type=_count, default=10)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("-o", "--output",
+                    help="JSON file (default benchmarks/results/peers-<date>-<host kind>"
+                         "[-...].json, which a second run on the same day replaces)")
     ap.add_argument("--no-json", action="store_true")
     args = ap.parse_args(argv)
     if args.peer_python is None:
@@ -377,9 +381,10 @@ def main(argv=None) -> int:
                            "speedup_with_csv_read": peer["seconds"] / (best + read_seconds),
                            "ms_ties": ms_ties, "peer_settings": "batch mode, parallelism 1, "
                            "filesystem csv source and sink"})
-        with open(os.path.join(HERE, "results", name), "w") as f:
+        path = args.output or os.path.join(HERE, "results", name)
+        with open(path, "w") as f:
             json.dump(record, f, indent=1)
-        print(f"wrote benchmarks/results/{name}")
+        print(f"wrote {args.output or 'benchmarks/results/' + name}")
     return 0 if identical else 1
 
 
