@@ -1217,10 +1217,10 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     label_offsets, paths, walked)``: ``paths()`` gives ``(labels,
     excluded)`` on demand (a second walk, from the row keys kept);
     ``walked``: ``{"numbers": each match's number in its partition, from 1
-    (computed in passing), "lengths": its rows, "edges": uint64 (edges x matches), "ext_rows": int64
-    (extremes x matches), "ext_values": per extreme its values as uint64
-    words, "ext_nan": bool per extreme, "landings": int64 rows (landings x
-    matches, -1 none)}``."""
+    (computed in passing), "lengths": its rows, "edges": uint64 (edges x
+    matches), "ext_rows": int64 (extremes x matches), "ext_values": per
+    extreme its values as uint64 words, "ext_nan": bool per extreme,
+    "landings": int64 rows (landings x matches, -1 none)}``."""
     offsets = np.asarray(offsets, dtype=np.int64)
     ends, codes, partitions, numbers, row_keys, resume, kernels = _scan(classes, offsets,
                                                                         tables, compiled,
@@ -1287,7 +1287,7 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     def paths() -> tuple:
         got = _labels(ends, codes, row_keys, tables, B.empty(m, np.int64), kernels, compiled)
         return got[1], got[2]
-    walked = {"numbers": numbers, "lengths": lengths, "edges": edge_out, "ext_rows": ext_row, "landings": land_out,
-              "ext_values": [v.view(np.uint64) for v in ext_val[:n_ext]],
+    walked = {"numbers": numbers, "lengths": lengths, "edges": edge_out, "ext_rows": ext_row,
+              "landings": land_out, "ext_values": [v.view(np.uint64) for v in ext_val[:n_ext]],
               "ext_nan": ext_nan.any(axis=0)[:n_ext]}
     return (starts, ends, partitions, _errors(offsets, resume), label_offsets, paths, walked)
