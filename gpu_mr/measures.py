@@ -1045,8 +1045,7 @@ class _Vectors:
             # output row o is match o: per-match arrays serve as they are
             # (``mi`` and ``has`` None: no gather, no mask)
             self.has = self.mi = None
-            self._first = ma.label_offsets[:-1]
-            self._stop = ma.label_offsets[1:]
+            self._first = self._stop = None     # the label offsets, on first read
         else:
             match = rows.match
             if match.size and least(match) < 0:     # WITH UNMATCHED ROWS
@@ -1071,14 +1070,16 @@ class _Vectors:
     def first(self) -> np.ndarray:
         """Per output row, its match's first element."""
         if self._first is None:
-            self._first = self.ma.label_offsets[self.mi]
+            offsets = self.ma.label_offsets
+            self._first = offsets[:-1] if self.mi is None else offsets[self.mi]
         return self._first
 
     @property
     def stop(self) -> np.ndarray:
         """Per output row, the element after its match's last."""
         if self._stop is None:
-            self._stop = self.ma.label_offsets[1:][self.mi]
+            offsets = self.ma.label_offsets
+            self._stop = offsets[1:] if self.mi is None else offsets[1:][self.mi]
         return self._stop
 
     @property
@@ -1285,23 +1286,24 @@ class _Vectors:
         got = self._cache.get(key)
         if got is None:
             ma = self.ma
-            first = ma.label_offsets[:-1]
             walked = self.walked.get(("landing", ids, kind)) if k == 0 else None
             if walked is not None:          # the engine's walk found the rows
-                got = walked if as_rows else np.where(walked >= 0,
-                                                      walked - ma.start + first, -1)
+                got = walked if as_rows else np.where(
+                    walked >= 0, walked - ma.start + ma.label_offsets[:-1], -1)
             elif ids is None or self._at_edge(ids, kind, k):
                 if as_rows:
                     edge = ma.start if kind == "FIRST" else ma.end
                 else:
-                    edge = first if kind == "FIRST" else ma.label_offsets[1:] - 1
+                    edge = (ma.label_offsets[:-1] if kind == "FIRST"
+                            else ma.label_offsets[1:] - 1)
                 if k == 0 and self._none_empty():
                     got = edge                  # no copy: every match has a first row
                 else:
                     got = np.where(self._lengths() > k, edge + k if kind == "FIRST"
                                    else edge - k, -1)
             else:
-                got = find_members(self._member(ids), ma.labels, first, ma.label_offsets[1:] - 1,
+                got = find_members(self._member(ids), ma.labels, ma.label_offsets[:-1],
+                                   ma.label_offsets[1:] - 1,
                                    k, kind == "LAST", row_of_lo=ma.start if as_rows else None)
             self._cache[key] = got
         return got

@@ -1296,8 +1296,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     """:func:`run_unanchored` for ONE ROW PER MATCH: the walk computes the
     per-match values ``walk`` asks for (:func:`walk_measures`) instead of
     writing the labels. ``(starts, ends exclusive, partitions, errors,
-    label_offsets, paths, walked)``: ``paths()`` gives ``(labels,
-    excluded)`` on demand (a second walk, from the row keys kept);
+    label_offsets, paths, walked)``: ``label_offsets()`` gives the CSR
+    offsets of the labels and ``paths()`` ``(labels, excluded)``, on demand
+    (the labels by a second walk, from the row keys kept);
     ``walked``: ``{"numbers": each match's number in its partition, from 1
     (computed in passing), "lengths": its rows, "edges": uint64 (edges x
     matches), "ext_rows": int64 (extremes x matches), "ext_values": per
@@ -1310,10 +1311,8 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     m = ends.shape[0]
     starts = B.empty(m, np.int64)
     # the walk writes each match's length (COUNT(*)); one cumulative sum
-    # then makes the label offsets (no pass over starts and ends)
+    # makes the label offsets when something reads them
     lengths = B.empty(m, np.int64)
-    label_offsets = B.empty(m + 1, np.int64)
-    label_offsets[0] = 0
     n_edge, n_ext = walk.edge_col.shape[0], walk.ext_col.shape[0]
     edge_out = B.empty((n_edge, m), np.uint64)
     ext_row = B.empty((n_ext, m), np.int64)
@@ -1364,7 +1363,12 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     # the GIL), not a parallel launch per chunk of the columns; pieces of
     # about equal rows (matches are longer in some partitions than others).
     _in_pieces(run, _rows_before_groups(ends, n_groups), compiled, PIECES_PER_THREAD)
-    np.cumsum(lengths, out=label_offsets[1:])
+
+    def label_offsets() -> np.ndarray:
+        out = B.empty(m + 1, np.int64)
+        out[0] = 0
+        np.cumsum(lengths, out=out[1:])
+        return out
 
     def paths() -> tuple:
         got = _labels(ends, codes, row_keys, tables, B.empty(m, np.int64), kernels, compiled)
