@@ -544,6 +544,26 @@ def _member_bits(member):
 
 
 @register_jitable
+def _fresh_columns(n_ext, n_edge, keys0, keys1, edges0, edges1, edges2, edges3):
+    """Bits 0-1 (keys0, keys1), 2-5 (edges0 .. edges3): the columns of the
+    walk that are read (``n_ext``, ``n_edge``) and not the same memory as
+    one before them."""
+    seen = (keys0.ctypes.data, keys1.ctypes.data, edges0.ctypes.data, edges1.ctypes.data,
+            edges2.ctypes.data, edges3.ctypes.data)
+    used = (n_ext > 0, n_ext > 1, n_edge > 0, n_edge > 1, n_edge > 2, n_edge > 3)
+    fresh = 0
+    for j in range(6):
+        if used[j]:
+            new = True
+            for k in range(j):
+                if used[k] and seen[k] == seen[j]:
+                    new = False
+            if new:
+                fresh |= 1 << j
+    return fresh
+
+
+@register_jitable
 def _landing_lanes(variables, member_bits, first, inside, base):
     """A landing's row within a block (:func:`_landing_row`'s answer): the
     lowest (FIRST) or highest lane of the match's rows whose variable
@@ -599,6 +619,10 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
     land_bits2 = _member_bits(land_member2)
     land_bits3 = _member_bits(land_member3)
     max_key = np.int64((lineage.shape[0] >> thread_shift) - 1)
+    # the columns read, each asked for once: a column is often both an
+    # edge and an extreme's keys (v_shape: price thrice, ts twice), and the
+    # asking was a third of the walk's instructions
+    fresh = _fresh_columns(n_ext, n_edge, keys0, keys1, edges0, edges1, edges2, edges3)
     for i in range(last - 1, first - 1, -1):
         ui = np.uint64(i)
         end = ends[ui]
@@ -617,24 +641,24 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
             below = np.uint64(max(np.int64(ahead) - (LANES - 1), lo))
             prefetch(row_keys, ahead)
             prefetch(row_keys, below)
-            if n_ext > 0:
+            if fresh & 1:
                 prefetch(keys0, ahead - ulo)
                 prefetch(keys0, below - ulo)
-                if n_ext > 1:
-                    prefetch(keys1, ahead - ulo)
-                    prefetch(keys1, below - ulo)
-            if n_edge > 0:
+            if fresh & 2:
+                prefetch(keys1, ahead - ulo)
+                prefetch(keys1, below - ulo)
+            if fresh & 4:
                 prefetch(edges0, ahead - ulo)
                 prefetch(edges0, below - ulo)
-                if n_edge > 1:
-                    prefetch(edges1, ahead - ulo)
-                    prefetch(edges1, below - ulo)
-                    if n_edge > 2:
-                        prefetch(edges2, ahead - ulo)
-                        prefetch(edges2, below - ulo)
-                        if n_edge > 3:
-                            prefetch(edges3, ahead - ulo)
-                            prefetch(edges3, below - ulo)
+            if fresh & 8:
+                prefetch(edges1, ahead - ulo)
+                prefetch(edges1, below - ulo)
+            if fresh & 16:
+                prefetch(edges2, ahead - ulo)
+                prefetch(edges2, below - ulo)
+            if fresh & 32:
+                prefetch(edges3, ahead - ulo)
+                prefetch(edges3, below - ulo)
         q = np.uint64(end)
         c = codes[ui]
         t = np.int64(c - 2)
