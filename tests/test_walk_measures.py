@@ -257,6 +257,30 @@ def test_aggregates_over_a_run_of_the_pattern_need_no_labels(aggregates, pattern
     assert_labels_unwritten_and_reference(_with_qty(_table(3000, 10), 11), clause)
 
 
+@pytest.mark.parametrize("aggregates, pattern", [
+    # a variable of at most one row: its value gathered at that row (SUM of
+    # one DOUBLE is 0 + x: -0.0 becomes 0.0; NULL values and no row: NULL)
+    ("SUM(A.x) AS sx, AVG(A.x) AS ax, SUM(A.qty) AS sq, AVG(A.qty) AS aq, MIN(A.x) AS mx, "
+     "MAX(A.qty) AS mq, SUM(A.vol) AS sv", None),
+    ("SUM(B.x) AS sx, AVG(B.qty) AS aq, SUM(B.qty) AS sq, MAX(B.x) AS mb", "A B C+"),
+    ("SUM(B.x) AS sx, AVG(B.x) AS ax, SUM(B.qty) AS sq, MIN(B.qty) AS m", "A B? C+")])
+def test_aggregates_over_one_row_of_a_variable(aggregates, pattern):
+    table = _with_qty(_table(3000, 12), 13)
+    rng = np.random.default_rng(14)
+    x = rng.choice([0.0, -0.0, 1.5, -2.25], table.num_rows)
+    table = table.append_column("x", pa.array(x, mask=rng.random(table.num_rows) < 0.2))
+    clause = MEASURED.format(extremes=aggregates)
+    if pattern:
+        clause = clause.replace("PATTERN (A B+ C+)", f"PATTERN ({pattern})")
+    assert_labels_unwritten_and_reference(table, clause)
+    got = gpu_mr.match_recognize(table, clause, engine="cpu")
+    want = gpu_mr.match_recognize(table, clause, engine="reference")
+    for name in got.column_names:                   # Arrow's equality takes -0.0 for 0.0
+        if pa.types.is_floating(got.schema.field(name).type):
+            a, b = (t.column(name).to_numpy(zero_copy_only=False) for t in (got, want))
+            assert (np.signbit(a) == np.signbit(b)).all(), name
+
+
 @pytest.mark.parametrize("measure, pattern", [
     ("CLASSIFIER() AS c", None), ("LAST(B.price, 1) AS lb", None), ("AVG(U.price) AS au", None),
     # not a sequence of runs: a variable's rows are not one range of the match
