@@ -33,11 +33,9 @@ mispredicted exit).
 
 from __future__ import annotations
 
-import numpy as np
 
 #: Rows per block.
 LANES = 8
-_ALL = (1 << LANES) - 1
 
 
 def lane_steps(row_keys, lineage, q0, t, thread_shift, max_key) -> tuple:
