@@ -23,9 +23,10 @@ load of the keys, eight loads of the lineage, compares that give their
 mask directly. In plain Python they loop over the lanes, with the same
 results.
 Why: a tick-data match is 3 to 10 rows long, and a walk row by row
-mispredicts where each match begins (about 40% of the bare walk's time on
-v_shape). Reading the 8 rows before a match's end at once, and finding its
-first row as the highest lane that begins it, has no branch on the data.
+mispredicts where each match begins: on v_shape's 1.05 million matches the
+bare walk took 14.9 ms of one core row by row, 6.6-6.9 ms in blocks.
+Reading the 8 rows before a match's end at once, and finding its first
+row as the highest lane that begins it, has no branch on the data.
 Written as LLVM vector code, because the same loop over 8 lanes in numba
 stays scalar (about 1.7 ns a lane, against the walk's 3 a row plus the
 mispredicted exit).
