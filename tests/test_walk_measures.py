@@ -337,3 +337,34 @@ def test_walk_request_leaves_no_cycle_holding_the_input():
         gc.set_debug(0)
         gc.garbage.clear()
     assert not held                         # freed at once, not by the collector
+
+
+def test_blocks_over_rows_a_stream_did_not_scan(monkeypatch):
+    """A stream's batch can hold rows before the one its scan starts at,
+    whose row keys are never written, and the walk's blocks read the 8 rows
+    before a match's end whatever they are: with every new array filled
+    with garbage (row keys past the largest, negative words), the pieces
+    still equal the whole table's answer (nothing reads memory it did not
+    write, past what the masks drop)."""
+    from gpu_mr.kernels import buffers
+    empty = buffers.empty
+
+    def garbage(shape, dtype):
+        out = empty(shape, dtype)
+        out.view(np.uint8).fill(0xA7)
+        return out
+    monkeypatch.setattr(buffers, "empty", garbage)
+    rng = np.random.default_rng(21)
+    n = 20_000
+    table = pa.table({"sym": np.repeat(["A", "B"], n // 2), "ts": np.arange(n),
+                      "price": np.round(100 + np.cumsum(rng.normal(size=n)), 0),
+                      "vol": rng.integers(0, 9, n)})
+    clause = """PARTITION BY sym ORDER BY ts
+        MEASURES FIRST(A.ts) AS s, LAST(C.ts) AS e, MIN(B.price) AS lo, MAX(C.vol) AS hi,
+                 FIRST(C.price) AS c0, LAST(B.ts) AS b1, COUNT(*) AS n, MATCH_NUMBER() AS mno
+        ONE ROW PER MATCH AFTER MATCH SKIP PAST LAST ROW
+        PATTERN (A B+ C+) DEFINE B AS price < PREV(price), C AS price > PREV(price)"""
+    want = gpu_mr.match_recognize(table, clause, engine="reference")
+    pieces = list(gpu_mr.match_recognize_batches(table.to_batches(max_chunksize=613), clause,
+                                                 engine="cpu"))
+    assert pa.concat_tables(pieces).equals(want)
