@@ -1643,8 +1643,11 @@ class _Vectors:
         col = self._fixed(ref.resolved)
         if col is None or col.type not in (pa.int64(), pa.float64()):
             return None
-        values, valid = _gather_sets(col, [rows], self._spans(),
-                                     self._cache.setdefault(("rows with none",), {}))[0]
+        # the match's first row, whose values the walk may have read (as resolve)
+        walked = (self.walked.get(("edge", ref.resolved, False)) if rows is self.ma.start
+                  else None)
+        values, valid = (walked, None) if walked is not None else _gather_sets(
+            col, [rows], self._spans(), self._cache.setdefault(("rows with none",), {}))[0]
         values = values.view(np.float64 if col.type == pa.float64() else np.int64)
         # Python's sum of one float is 0 + x (-0.0 gives 0.0); AVG divides it by 1
         total = values + 0.0 if col.type == pa.float64() else values.astype(np.float64)
@@ -1721,10 +1724,6 @@ class _Vectors:
         if e.name in ("SUM", "AVG") and ref.type.kind not in ("BIGINT", "DOUBLE") and not (
                 decimal and e.name == "SUM"):
             raise _Fallback
-        if final and self.one_row and not decimal:
-            got = self._over_one_row(e, ref, ids)
-            if got is not None:
-                return got
         if e.name in ("MIN", "MAX") and final and self.one_row:
             got = self.walked.get(("extreme", ref.resolved, e.name == "MAX", ids))
             if got is not None:         # from the engine's walk: row and value per match
@@ -1733,6 +1732,10 @@ class _Vectors:
                 arr = _fixed_array(self._fixed(ref.resolved), words, valid)
                 target = ref.type.arrow()
                 return arr if arr.type == target else arr.cast(target)
+        if final and self.one_row and not decimal:
+            got = self._over_one_row(e, ref, ids)      # after the walk's values: no gather twice
+            if got is not None:
+                return got
         chunks = self._numbers(ref, e.name in ("MIN", "MAX"))
         if e.name in ("MIN", "MAX"):
             want_max = e.name == "MAX"
