@@ -1322,8 +1322,13 @@ class _Vectors:
         """Whether every match has at least one row."""
         got = self._cache.get(("none empty",))
         if got is None:
-            lengths = self._lengths()
-            got = self._cache[("none empty",)] = not lengths.size or bool(least(lengths) > 0)
+            walked = self.walked.get(("any empty",))     # the engine's walk saw them
+            if walked is not None:
+                got = not walked
+            else:
+                lengths = self._lengths()
+                got = not lengths.size or bool(least(lengths) > 0)
+            self._cache[("none empty",)] = got
         return got
 
     def _cumulative(self, ids) -> tuple:
@@ -1727,8 +1732,8 @@ class _Vectors:
         if e.name in ("MIN", "MAX") and final and self.one_row:
             got = self.walked.get(("extreme", ref.resolved, e.name == "MAX", ids))
             if got is not None:         # from the engine's walk: row and value per match
-                rows, words = got
-                valid = None if not rows.size or least(rows) >= 0 else (rows >= 0).view(np.uint8)
+                rows, words, gap = got
+                valid = (rows >= 0).view(np.uint8) if gap else None
                 arr = _fixed_array(self._fixed(ref.resolved), words, valid)
                 target = ref.type.arrow()
                 return arr if arr.type == target else arr.cast(target)

@@ -412,6 +412,28 @@ def flat_lineage(tables) -> tuple:
     return flat.ravel(), thread_shift
 
 
+# The words of the last few tables (by identity: an engine keeps a query's
+# tables for its later calls), so that a call again packs none.
+_WORDS_KEPT = 16
+_words: dict = {}
+
+
+def _table_words(tables) -> tuple:
+    """``(moves, shift, end codes, lineage, thread shift)`` of ``tables``:
+    :func:`pack_moves`, the code of the match that ends at the partition's
+    end per state, :func:`flat_lineage`; computed once per tables object
+    (while the last ``_WORDS_KEPT`` are kept)."""
+    known = _words.get(id(tables))
+    if known is None or known[0] is not tables:
+        moves, shift = pack_moves(tables)
+        end_code = np.where(tables.end_thread >= 0, tables.end_thread + 2, 0).astype(np.int32)
+        known = (tables, (moves, shift, end_code) + flat_lineage(tables))
+        if len(_words) >= _WORDS_KEPT:
+            _words.clear()
+        _words[id(tables)] = known
+    return known[1]
+
+
 @register_jitable
 def _walk_row(row_keys, lineage, thread_shift, q, t):
     """The lineage word of row ``q`` for thread ``t``: parent | variable,
@@ -471,6 +493,8 @@ def walk_matches(first, last, ends, codes, row_keys, lineage, thread_shift, star
 # loop over a tuple of columns cost twice the walk's own time).
 WALK_EDGES = 4
 WALK_EXTREMES = 2
+# The walk's flags per group of matches (walk_measures' ``flags``).
+WALK_FLAGS = 2 * WALK_EXTREMES + 1
 WALK_LANDINGS = 4
 # How many matches ahead the walk asks for rows (4 and 32 measured slower).
 PREFETCH_MATCHES = 16
@@ -578,7 +602,7 @@ def _landing_lanes(variables, member_bits, first, inside, base):
 def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, starts, lengths,
                   lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0, edge_out1,
                   edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0, keys1, member1,
-                  orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1, ext_nan, n_land,
+                  orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1, flags, n_land,
                   land_member0, land_first0, land_member1, land_first1, land_member2,
                   land_first2, land_member3, land_first3, land_out0, land_out1, land_out2,
                   land_out3):
@@ -596,8 +620,11 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
     keys reversed; ``none<x>``: the start value, the largest in that
     direction) over the rows mapped to a variable ``v`` with
     ``member<x>[v]``, the first of equal keys, -1 for none;
-    ``ext_val<x>[i]`` its key (left alone for none); ``ext_nan[x]`` set when
-    a counted key is NaN (the row is then meaningless);
+    ``ext_val<x>[i]`` its key (left alone for none); ``flags[x]`` set when
+    a counted key is NaN (the row is then meaningless), ``flags[WALK_EXTREMES
+    + x]`` when a match has no row for it (-1), ``flags[2 * WALK_EXTREMES]``
+    when a match is empty (what measures.py would otherwise learn by a pass
+    over the results: v_shape, 1e7 rows, 0.6 ms of one thread);
     for the first ``n_land`` (at most ``WALK_LANDINGS``) landings ``l``,
     ``land_out<l>[i]``: the first row (``land_first<l>``) or the last of the
     match mapped to a variable ``v`` with ``land_member<l>[v]``, -1 for none
@@ -611,6 +638,9 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
     ulo = np.uint64(lo)
     nan0 = False                    # in registers: a store per row would stay a store
     nan1 = False
+    gap0 = False                    # an extreme without a row
+    gap1 = False
+    empty = False
     # the block path (see below) reads variables as bits of a word
     lanes_ok = member0.shape[0] <= 64
     bits0 = _member_bits(member0)
@@ -745,6 +775,7 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
                     land_out2[ui] = l2
                     if n_land > 3:
                         land_out3[ui] = l3
+        empty |= c == 1
         if n_edge > 0 and c == 1:       # an empty match: no row (the caller makes it NULL)
             edge_out0[ui] = 0
             if n_edge > 1:
@@ -769,15 +800,20 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
         if n_ext > 0:
             b0 = f0 if v0 == none0 else b0
             ext_row0[ui] = b0
+            gap0 |= b0 < 0
             if b0 >= 0:
                 ext_val0[ui] = keys0[np.uint64(b0) - ulo]
             if n_ext > 1:
                 b1 = f1 if v1 == none1 else b1
                 ext_row1[ui] = b1
+                gap1 |= b1 < 0
                 if b1 >= 0:
                     ext_val1[ui] = keys1[np.uint64(b1) - ulo]
-    ext_nan[0] |= nan0
-    ext_nan[1] |= nan1
+    flags[0] |= nan0
+    flags[1] |= nan1
+    flags[WALK_EXTREMES] |= gap0
+    flags[WALK_EXTREMES + 1] |= gap1
+    flags[2 * WALK_EXTREMES] |= empty
 
 
 @register_jitable
@@ -954,12 +990,12 @@ def walk_measures_groups(m0, m1, ends, codes, row_keys, lineage, thread_shift, s
                          lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0, edge_out1,
                          edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0, keys1,
                          member1, orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1,
-                         ext_nan, n_land, land_member0, land_first0, land_member1, land_first1,
+                         flags, n_land, land_member0, land_first0, land_member1, land_first1,
                          land_member2, land_first2, land_member3, land_first3, land_out0,
                          land_out1, land_out2, land_out3):
     """:func:`walk_measures` over matches ``m0 .. m1-1``, whose rows lie in
     the columns' piece from row ``lo``, a group of ``WALK_CHUNK`` matches
-    at a time (``ext_nan``: a row per group)."""
+    at a time (``flags``: a row per group)."""
     first = m0
     while first < m1:
         g = first // WALK_CHUNK
@@ -968,7 +1004,7 @@ def walk_measures_groups(m0, m1, ends, codes, row_keys, lineage, thread_shift, s
                       lengths, lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0,
                       edge_out1, edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0,
                       keys1, member1, orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1,
-                      ext_nan[g], n_land, land_member0, land_first0, land_member1, land_first1,
+                      flags[g], n_land, land_member0, land_first0, land_member1, land_first1,
                       land_member2, land_first2, land_member3, land_first3, land_out0,
                       land_out1, land_out2, land_out3)
         first = last
@@ -1080,8 +1116,7 @@ def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool,
     last partition's end."""
     n = classes.shape[0]
     t = tables
-    moves, shift = pack_moves(t)
-    end_code = np.where(t.end_thread >= 0, t.end_thread + 2, 0).astype(np.int32)
+    moves, shift, end_code, _, _ = _table_words(t)
     row_keys = B.empty(n, row_key_dtype(t))
     out = B.empty(n, np.int64)
     if stream:
@@ -1148,7 +1183,7 @@ def _labels(ends, codes, row_keys, tables, starts, kernels, threads: bool) -> tu
     filled too."""
     n_groups = -(-ends.shape[0] // WALK_CHUNK)
     begins = np.empty(n_groups, dtype=np.int64)
-    lineage, thread_shift = flat_lineage(tables)
+    _, _, _, lineage, thread_shift = _table_words(tables)
     _in_pieces(lambda a, b: kernels[2](
         np.int64(a), np.int64(b), ends, codes, row_keys, lineage, np.int64(thread_shift),
         starts, begins), _rows_before_groups(ends, n_groups),
@@ -1327,7 +1362,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     ``walked``: ``{"numbers": each match's number in its partition, from 1
     (computed in passing), "lengths": its rows, "edges": uint64 (edges x
     matches), "ext_rows": int64 (extremes x matches), "ext_values": per
-    extreme its values as uint64 words, "ext_nan": bool per extreme,
+    extreme its values as uint64 words, "ext_nan": bool per extreme (a
+    counted key is NaN), "ext_gap": bool per extreme (a match has no row
+    for it), "any_empty": whether a match is empty,
     "landings": int64 rows (landings x matches, -1 none)}``."""
     offsets = np.asarray(offsets, dtype=np.int64)
     ends, codes, partitions, numbers, row_keys, resume, kernels = _scan(classes, offsets,
@@ -1345,8 +1382,8 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
                        np.float64 if x >= n_ext or walk.ext_float[x] else np.int64)
                for x in range(WALK_EXTREMES)]
     n_groups = -(-m // WALK_CHUNK)
-    ext_nan = np.zeros((max(n_groups, 1), WALK_EXTREMES), dtype=np.bool_)
-    lineage, thread_shift = flat_lineage(tables)
+    flags = np.zeros((max(n_groups, 1), WALK_FLAGS), dtype=np.bool_)
+    _, _, _, lineage, thread_shift = _table_words(tables)
     # a MAX runs as a MIN of reversed keys (toward_min), from the largest key
     dtypes = [ext_val[x].dtype for x in range(WALK_EXTREMES)]
     orient = [_orient(dtypes[x], bool(x < n_ext and walk.ext_max[x]))
@@ -1379,7 +1416,7 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
                            lengths, np.int64(lo), np.int64(n_edge), *edges,
                            walk.edge_end, *edge_outs, np.int64(n_ext), keys[0], walk.ext_member[0],
                            orient[0], none[0], keys[1], walk.ext_member[1], orient[1],
-                           none[1], *ext_rows, ext_val[0], ext_val[1], ext_nan,
+                           none[1], *ext_rows, ext_val[0], ext_val[1], flags,
                            np.int64(walk.n_land), walk.land_member[0], walk.land_first[0],
                            walk.land_member[1], walk.land_first[1], walk.land_member[2],
                            walk.land_first[2], walk.land_member[3], walk.land_first[3],
@@ -1398,7 +1435,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
     def paths() -> tuple:
         got = _labels(ends, codes, row_keys, tables, B.empty(m, np.int64), kernels, compiled)
         return got[1], got[2]
+    seen = flags.any(axis=0)
     walked = {"numbers": numbers, "lengths": lengths, "edges": edge_out, "ext_rows": ext_row,
               "landings": land_out, "ext_values": [v.view(np.uint64) for v in ext_val[:n_ext]],
-              "ext_nan": ext_nan.any(axis=0)[:n_ext]}
+              "ext_nan": seen[:n_ext], "ext_gap": seen[WALK_EXTREMES:WALK_EXTREMES + n_ext],
+              "any_empty": bool(seen[2 * WALK_EXTREMES])}
     return (starts, ends, partitions, _errors(offsets, resume), label_offsets, paths, walked)

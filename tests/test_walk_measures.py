@@ -89,6 +89,7 @@ def check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled, pla
     numbers = [seen.setdefault(p, []).append(1) or len(seen[p]) for p in parts.tolist()]
     assert walked["numbers"].tolist() == numbers
     nonempty = ends > starts
+    assert walked["any_empty"] == (not nonempty.all())
     for j, (c, at_end) in enumerate([(0, False), (1, True), (1, False)]):
         rows = ends - 1 if at_end else starts
         assert (walked["edges"][j][nonempty] == columns[c][rows[nonempty]]).all()
@@ -103,6 +104,7 @@ def check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled, pla
         assert not walked["ext_nan"][x]
         rows = naive(starts, ends, label_offsets, labels, keys, member, want_max)
         assert walked["ext_rows"][x].tolist() == rows
+        assert walked["ext_gap"][x] == (-1 in rows)       # a match with no row for it
         rows = np.array(rows, dtype=np.int64)
         assert (walked["ext_values"][x][rows >= 0] == columns[c][rows[rows >= 0]]).all()
     for j, (member, first) in enumerate(lands):       # FIRST/LAST member row, -1 none

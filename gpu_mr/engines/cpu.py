@@ -32,6 +32,7 @@ end), and O(match length) per match for recovery.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -103,12 +104,18 @@ class RunInfo:
     scan: str = ""
 
 
+# Class sets whose DFA tables a plan keeps (each a few kilobytes).
+_TABLES_KEPT = 16
+
+
 class CpuEngine:
     name = "cpu"
 
     def __init__(self):
         self.last_run = RunInfo()
-        self._plan = None        # (query, MaskSet, Dfa) of the last query: batches reuse it
+        # (query, MaskSet, Dfa, UnanchoredDfa, tables by classes present) of
+        # the last query: batches and calls again reuse it
+        self._plan = None
         self._path = None        # (query, choose_path(query)): supports and find_matches share it
 
     def path_of(self, query: CheckedQuery) -> tuple:
@@ -154,9 +161,10 @@ class CpuEngine:
             program = compile_nfa(query.pattern, query.primary_vars)
             plan = (query, M.compile_masks(query), Dfa(program),
                     UnanchoredDfa(program)
-                    if query.skip.kind == "PAST_LAST_ROW" and query.time_limit is None else None)
+                    if query.skip.kind == "PAST_LAST_ROW" and query.time_limit is None else None,
+                    {})
             self._plan = plan
-        _, mask_set, dfa, unanchored_dfa = plan
+        _, mask_set, dfa, unanchored_dfa, tables_of = plan
         n_vars = len(query.primary_vars)
         # One compiled pass (predicates/fused.py), else masks.py's vectorised
         # passes, which also report the exact error of a row that raises.
@@ -180,16 +188,27 @@ class CpuEngine:
             classes = bits
         else:
             present, classes = _renumber(bits, n_vars, timed)
-        try:
-            tables = dfa.dense_tables(present)
-        except DfaTooLarge as exc:
-            return str(exc)
-        self.last_run = RunInfo("dfa", "", tables.n_states - 1, len(present))
-        if n_vars <= _DIRECT_MAX_VARS:
-            tables = tables.over_bitmasks(present, n_vars)
-        unanchored = None
-        if unanchored_dfa is not None:
-            unanchored = _UnanchoredTables(unanchored_dfa, present, n_vars)
+        # The tables of the classes present, kept for the next call with the
+        # same ones (most calls: the same query over more data), which then
+        # builds none (v_shape: 0.4 ms of 24).
+        key = tuple(int(c) for c in present)
+        known = tables_of.get(key)
+        if known is None:
+            try:
+                tables = dfa.dense_tables(present)
+            except DfaTooLarge as exc:
+                return str(exc)
+            n_states = tables.n_states - 1
+            if n_vars <= _DIRECT_MAX_VARS:
+                tables = tables.over_bitmasks(present, n_vars)
+            unanchored = None
+            if unanchored_dfa is not None:
+                unanchored = _UnanchoredTables(unanchored_dfa, present, n_vars)
+            if len(tables_of) >= _TABLES_KEPT:
+                tables_of.clear()
+            known = tables_of[key] = (tables, unanchored, n_states)
+        tables, unanchored, n_states = known
+        self.last_run = RunInfo("dfa", "", n_states, len(present))
         return classes, tables, unanchored
 
     def scan_to_matches(self, query: CheckedQuery, data: SortedInput, dense, tables,
@@ -208,23 +227,26 @@ class _UnanchoredTables:
     on the first call and then kept: a query the anchored scan serves (a
     time limit, an automaton past its caps) does not pay for exploring the
     automaton. Calling it gives the tables, or None past the automaton's
-    caps."""
+    caps. Kept by the engine's plan for later calls, maybe on other threads:
+    one builds them."""
 
     def __init__(self, dfa: UnanchoredDfa, present, n_vars: int):
         self._args = (dfa, present, n_vars)
         self._built = None
+        self._lock = threading.Lock()
 
     def __call__(self):
-        if self._args is not None:
-            dfa, present, n_vars = self._args
-            try:
-                built = dfa.dense_tables(present)
-                if n_vars <= _DIRECT_MAX_VARS:
-                    built = built.over_bitmasks(present, n_vars)
-            except DfaTooLarge:
-                built = None
-            self._built, self._args = built, None
-        return self._built
+        with self._lock:
+            if self._args is not None:
+                dfa, present, n_vars = self._args
+                try:
+                    built = dfa.dense_tables(present)
+                    if n_vars <= _DIRECT_MAX_VARS:
+                        built = built.over_bitmasks(present, n_vars)
+                except DfaTooLarge:
+                    built = None
+                self._built, self._args = built, None
+            return self._built
 
 
 def _registers_reason(query: CheckedQuery) -> Optional[str]:
@@ -379,17 +401,20 @@ def _walk_columns(request: tuple, n_vars: int):
 def _walked(request: tuple, got: dict) -> dict:
     """The walk's values keyed as measures.py looks them up: ``("edge",
     column, at the last row)`` -> words per match; ``("extreme", column,
-    MAX, variable ids or None)`` -> (row, words) per match; none for a
-    MIN/MAX that met a NaN (Python's answer then depends on the order);
-    ``("landing", variable ids, "FIRST" or "LAST")`` -> row per match, -1
-    none; ``("lengths",)`` -> rows per match."""
+    MAX, variable ids or None)`` -> (row, words, whether a match has no
+    row for it) per match; none for a MIN/MAX that met a NaN (Python's
+    answer then depends on the order); ``("landing", variable ids, "FIRST"
+    or "LAST")`` -> row per match, -1 none; ``("lengths",)`` -> rows per
+    match; ``("any empty",)`` -> whether a match has no row."""
     _, _, edges, extremes, landings = request
     out = {("edge",) + key: got["edges"][j] for j, key in enumerate(edges)}
     out[("lengths",)] = got["lengths"]
+    out[("any empty",)] = got["any_empty"]
     out.update({("landing",) + key: got["landings"][j] for j, key in enumerate(landings)})
     for j, key in enumerate(extremes):
         if not got["ext_nan"][j]:
-            out[("extreme",) + key] = (got["ext_rows"][j], got["ext_values"][j])
+            out[("extreme",) + key] = (got["ext_rows"][j], got["ext_values"][j],
+                                       bool(got["ext_gap"][j]))
     return out
 
 
