@@ -608,7 +608,8 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
                   land_out3):
     """:func:`walk_matches` for ONE ROW PER MATCH measures, labels not
     written (``row_keys`` are left as they are): for matches ``first ..
-    last-1``, set ``starts[i]`` and ``lengths[i]`` (its rows) and, from
+    last-1``, set ``starts[i]`` and ``lengths[i]`` (its rows), turn
+    ``ends[i]`` into its last row (``ends[i] - 1``) and, from
     columns read from row ``lo`` on (every row of
     those matches lies there, a column's arrays non-empty):
     for the first ``n_edge`` (at most ``WALK_EDGES``) edges ``j``,
@@ -767,6 +768,7 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
                 t = _next_thread(step, t, starts, ui)
         starts[ui] = np.int64(q)
         lengths[ui] = end - np.int64(q)
+        ends[ui] = end - 1              # the last row, as MatchArrays hold it (no pass after)
         if n_land > 0:
             land_out0[ui] = l0
             if n_land > 1:
@@ -1355,8 +1357,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
                             stream: tuple = ()) -> tuple:
     """:func:`run_unanchored` for ONE ROW PER MATCH: the walk computes the
     per-match values ``walk`` asks for (:func:`walk_measures`) instead of
-    writing the labels. ``(starts, ends exclusive, partitions, errors,
-    label_offsets, paths, walked)``: ``label_offsets()`` gives the CSR
+    writing the labels. ``(starts, last rows (inclusive, where
+    run_unanchored gives ends), partitions, errors, label_offsets, paths,
+    walked)``: ``label_offsets()`` gives the CSR
     offsets of the labels and ``paths()`` ``(labels, excluded)``, on demand
     (the labels by a second walk, from the row keys kept);
     ``walked``: ``{"numbers": each match's number in its partition, from 1
@@ -1433,7 +1436,8 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
         return out
 
     def paths() -> tuple:
-        got = _labels(ends, codes, row_keys, tables, B.empty(m, np.int64), kernels, compiled)
+        got = _labels(ends + 1, codes, row_keys, tables, B.empty(m, np.int64), kernels,
+                      compiled)
         return got[1], got[2]
     seen = flags.any(axis=0)
     walked = {"numbers": numbers, "lengths": lengths, "edges": edge_out, "ext_rows": ext_row,

@@ -79,10 +79,10 @@ def check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled, pla
     walk = U.WalkColumns(bounds, chunks, [(0, False), (1, True), (1, False)], ext, n_vars,
                          lands)
     got = U.run_unanchored_measured(dense, offsets, tables, walk, compiled=compiled)
-    g_starts, g_ends, g_parts, g_errors, offsets_of, paths, walked = got
+    g_starts, g_lasts, g_parts, g_errors, offsets_of, paths, walked = got
     g_offsets = offsets_of()
-    for a, b in zip((g_starts, g_ends, g_parts, g_errors, g_offsets),
-                    (starts, ends, parts, errors, label_offsets)):
+    for a, b in zip((g_starts, g_lasts, g_parts, g_errors, g_offsets),
+                    (starts, ends - 1, parts, errors, label_offsets)):
         assert a.tolist() == b.tolist()
     assert [a.tolist() for a in paths()] == [labels.tolist(), excluded.tolist()]
     seen: dict = {}

@@ -333,7 +333,7 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
     if query.time_limit is not None:
         from ..horizons import row_horizons
         horizon = row_horizons(query, data)
-    walked = numbers = None
+    walked = numbers = lasts = None
     if why is None:
         from ..kernels import unanchored as U
         from ..measures import walk_request
@@ -346,7 +346,7 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
         else:
             # ONE ROW measures computed in the walk, the labels only if read
             walk = _walk_columns(request, len(query.primary_vars))
-            starts, ends, partitions, errors, label_offsets, paths, got = \
+            starts, lasts, partitions, errors, label_offsets, paths, got = \
                 U.run_unanchored_measured(dense, offsets, unanchored(), walk, stream=stream)
             walked = _walked(request, got)
             numbers = got["numbers"]             # from 1 per batch: number_base below
@@ -356,6 +356,8 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
             scan_from=scan_from, continues=continues, open_end=open_end, end_margin=end_margin,
             horizon=horizon)
         paths = None
+    if lasts is None:
+        lasts = ends - 1
     if numbers is None:
         counts = np.bincount(partitions, minlength=len(offsets) - 1)
         first_of_partition = np.zeros(len(offsets), dtype=np.int64)
@@ -369,16 +371,16 @@ def _scan_to_matches(query: CheckedQuery, data: SortedInput, dense: np.ndarray, 
         i = int(errors[p, 1])
         origin = int(offsets[p]) - (rows_before if p == 0 else 0)
         raise skip_error(skip, int(errors[p, 0]) == ERR_SKIP_NO_ROW, int(numbers[i]),
-                         int(starts[i]), int(ends[i]) - 1, origin, p)
+                         int(starts[i]), int(lasts[i]), origin, p)
     if paths is None:
         paths = run_recovery(dense, offsets, starts, ends, partitions, tables,
                              continues=continues, horizon=horizon)
     resume = int(errors[-1, 2]) if len(errors) else 0
     if walked is not None:
-        found = DeferredMatchArrays(partitions, numbers, starts, ends - 1, label_offsets, paths,
+        found = DeferredMatchArrays(partitions, numbers, starts, lasts, label_offsets, paths,
                                     walked)
     else:
-        found = MatchArrays(partitions, numbers, starts, ends - 1, *paths)
+        found = MatchArrays(partitions, numbers, starts, lasts, *paths)
     if why is not None:
         return found, resume, f"anchored: {why}"
     from ..kernels.unanchored import chunk_rows
