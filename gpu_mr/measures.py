@@ -871,8 +871,7 @@ def _source_spans(offsets: np.ndarray, source: np.ndarray):
 
 
 def _output_spans(data: SortedInput, ma: MatchArrays, source: np.ndarray):
-    p = ma.partition
-    if p.shape[0] > 1 and not bool(np.all(p[1:] >= p[:-1])):
+    if not ma.in_partition_order():
         return None
     return _source_spans(data.partition_offsets, source)
 

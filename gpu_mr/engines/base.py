@@ -67,6 +67,12 @@ class MatchArrays:
     def lengths(self) -> np.ndarray:
         return self.end - self.start + 1
 
+    def in_partition_order(self) -> bool:
+        """Whether ``partition`` ascends (a pass over it; measures.py's
+        gathers by partition spans need it)."""
+        p = self.partition
+        return p.shape[0] <= 1 or bool(np.all(p[1:] >= p[:-1]))
+
     @classmethod
     def empty(cls) -> "MatchArrays":
         i64 = np.zeros(0, dtype=np.int64)
@@ -114,6 +120,9 @@ class DeferredMatchArrays(MatchArrays):
         object.__setattr__(self, "_lock", threading.Lock())
         object.__setattr__(self, "walked", walked)
         super().__init__(partition, number, start, end, None, None, None)
+
+    def in_partition_order(self) -> bool:
+        return True        # the unanchored scan's, compacted segment by segment in order
 
     def _offsets(self) -> np.ndarray:
         with self._lock:
