@@ -918,7 +918,6 @@ def scan_segments(s0, s1, classes, seg_lo, seg_hi, seg_first, seg_open, moves, s
     fresh_first = np.int64(start_first << shift)
     fresh = np.int64(start_other << shift)
     none = np.int64(NO_MATCH)
-    zero = np.int64(0)
     sa, qa, ha, offa, na, ba, ka, fa, da = _lane(seg_order[s0], seg_lo, seg_hi, seg_first,
                                                  fresh_first, fresh, none)
     if s1 - s0 == 1:
