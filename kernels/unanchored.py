@@ -967,22 +967,18 @@ def scan_segments(s0, s1, classes, seg_lo, seg_hi, seg_first, seg_open, moves, s
                 seg_lo[sc], qd, offd, nd, seg_lo[sd], min(min(ha - qa, hb - qb),
                                                           min(hc - qc, hd - qd)),
                 moves, row_keys, out)
-            if qa == ha or offa == 0:
-                qa, offa, fa, na, da, ba, ka = _stop(qa, ha, offa, na, ba, ka, seg_open[sa],
-                                                     moves, shift, end_accept, end_code,
-                                                     start_other, row_keys, out, seg_lo[sa])
-            if qb == hb or offb == 0:
-                qb, offb, fb, nb, db, bb, kb = _stop(qb, hb, offb, nb, bb, kb, seg_open[sb],
-                                                     moves, shift, end_accept, end_code,
-                                                     start_other, row_keys, out, seg_lo[sb])
-            if qc == hc or offc == 0:
-                qc, offc, fc, nc, dc, bc, kc = _stop(qc, hc, offc, nc, bc, kc, seg_open[sc],
-                                                     moves, shift, end_accept, end_code,
-                                                     start_other, row_keys, out, seg_lo[sc])
-            if qd == hd or offd == 0:
-                qd, offd, fd, nd, dd, bd, kd = _stop(qd, hd, offd, nd, bd, kd, seg_open[sd],
-                                                     moves, shift, end_accept, end_code,
-                                                     start_other, row_keys, out, seg_lo[sd])
+            qa, offa, fa, na, da, ba, ka = _lane_stop(
+                qa, ha, offa, na, ba, ka, fa, da, seg_open[sa], moves, shift,
+                end_accept, end_code, start_other, row_keys, out, seg_lo[sa])
+            qb, offb, fb, nb, db, bb, kb = _lane_stop(
+                qb, hb, offb, nb, bb, kb, fb, db, seg_open[sb], moves, shift,
+                end_accept, end_code, start_other, row_keys, out, seg_lo[sb])
+            qc, offc, fc, nc, dc, bc, kc = _lane_stop(
+                qc, hc, offc, nc, bc, kc, fc, dc, seg_open[sc], moves, shift,
+                end_accept, end_code, start_other, row_keys, out, seg_lo[sc])
+            qd, offd, fd, nd, dd, bd, kd = _lane_stop(
+                qd, hd, offd, nd, bd, kd, fd, dd, seg_open[sd], moves, shift,
+                end_accept, end_code, start_other, row_keys, out, seg_lo[sd])
     while True:
         if db and not da:            # the lanes are alike: let a be the one that is done
             sa, qa, ha, offa, na, ba, ka, fa, da, sb, qb, hb, offb, nb, bb, kb, fb, db = \
@@ -1008,14 +1004,23 @@ def scan_segments(s0, s1, classes, seg_lo, seg_hi, seg_first, seg_open, moves, s
         qa, offa, na, qb, offb, nb = _lean_pair(classes, qa, offa, na, seg_lo[sa], qb, offb, nb,
                                                 seg_lo[sb], min(ha - qa, hb - qb), moves,
                                                 row_keys, out)
-        if qa == ha or offa == 0:
-            qa, offa, fa, na, da, ba, ka = _stop(qa, ha, offa, na, ba, ka, seg_open[sa], moves,
-                                                 shift, end_accept, end_code, start_other,
-                                                 row_keys, out, seg_lo[sa])
-        if qb == hb or offb == 0:
-            qb, offb, fb, nb, db, bb, kb = _stop(qb, hb, offb, nb, bb, kb, seg_open[sb], moves,
-                                                 shift, end_accept, end_code, start_other,
-                                                 row_keys, out, seg_lo[sb])
+        qa, offa, fa, na, da, ba, ka = _lane_stop(
+            qa, ha, offa, na, ba, ka, fa, da, seg_open[sa], moves, shift, end_accept,
+            end_code, start_other, row_keys, out, seg_lo[sa])
+        qb, offb, fb, nb, db, bb, kb = _lane_stop(
+            qb, hb, offb, nb, bb, kb, fb, db, seg_open[sb], moves, shift, end_accept,
+            end_code, start_other, row_keys, out, seg_lo[sb])
+
+
+@register_jitable
+def _lane_stop(q, h, off, n, b, k, f, d, open_end, moves, shift, end_accept, end_code,
+               start_other, row_keys, out, out_base):
+    """A lane after a run of steps: :func:`_stop` where its rows ended or its
+    search died, ``(q, off, f, n, d, b, k)`` as they were otherwise."""
+    if q == h or off == 0:
+        return _stop(q, h, off, n, b, k, open_end, moves, shift, end_accept, end_code,
+                     start_other, row_keys, out, out_base)
+    return q, off, f, n, d, b, k
 
 
 @register_jitable
