@@ -572,6 +572,14 @@ def _landing_row(member, first, var, q, row):
 
 
 @register_jitable
+def _ask_block(values, ahead, below):
+    """Prefetch the lines of rows ``ahead`` (a match's last) and ``below``
+    (its block's first) of one column."""
+    prefetch(values, ahead)
+    prefetch(values, below)
+
+
+@register_jitable
 def _member_bits(member):
     """``member`` (bool per variable id) as the bits of a word; the ids
     from 64 on are left out (the block path is then not taken; the DFA
@@ -678,7 +686,7 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
         # where matches lie far apart each waited for its rows from memory
         # (v_shape, 1e7 rows in one partition, 170k matches: the walk 15.0
         # -> 5.7 ms of core time; 100 partitions, denser: 22.8 -> 20.5).
-        # Written out per array: one helper taking the four arrays made the
+        # One call per array: one helper taking the four arrays made the
         # scan and walk of 100 partitions 57 ms instead of 17.
         if i - PREFETCH_MATCHES >= first:
             ahead = np.uint64(ends[ui - np.uint64(PREFETCH_MATCHES)] - 1)
@@ -686,26 +694,19 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
             # walk goes down the rows, which the CPU's own prefetch follows
             # less well (never a fault: a prefetch before the array is dropped)
             below = np.uint64(max(np.int64(ahead) - (LANES - 1), lo))
-            prefetch(row_keys, ahead)
-            prefetch(row_keys, below)
+            _ask_block(row_keys, ahead, below)
             if fresh & 1:
-                prefetch(keys0, ahead - ulo)
-                prefetch(keys0, below - ulo)
+                _ask_block(keys0, ahead - ulo, below - ulo)
             if fresh & 2:
-                prefetch(keys1, ahead - ulo)
-                prefetch(keys1, below - ulo)
+                _ask_block(keys1, ahead - ulo, below - ulo)
             if fresh & 4:
-                prefetch(edges0, ahead - ulo)
-                prefetch(edges0, below - ulo)
+                _ask_block(edges0, ahead - ulo, below - ulo)
             if fresh & 8:
-                prefetch(edges1, ahead - ulo)
-                prefetch(edges1, below - ulo)
+                _ask_block(edges1, ahead - ulo, below - ulo)
             if fresh & 16:
-                prefetch(edges2, ahead - ulo)
-                prefetch(edges2, below - ulo)
+                _ask_block(edges2, ahead - ulo, below - ulo)
             if fresh & 32:
-                prefetch(edges3, ahead - ulo)
-                prefetch(edges3, below - ulo)
+                _ask_block(edges3, ahead - ulo, below - ulo)
         q = np.uint64(end)
         c = codes[ui]
         t = np.int64(c - 2)
