@@ -60,6 +60,7 @@ import numpy as np
 
 from . import buffers as B
 from . import scan as S
+from .jitable import uncounted
 from .lanes import LANES, highest_lane, lane_members, lane_min, lane_steps, lowest_lane
 from .prefetch import prefetch
 from .scan import register_jitable
@@ -218,7 +219,7 @@ def _lean_quad(classes, qa, offa, na, base_a, qb, offb, nb, base_b, qc, offc, nc
     return qa, offa, na, qb, offb, nb, qc, offc, nc, qd, offd, nd
 
 
-@register_jitable
+@uncounted
 def _pending(row_keys, moves, out, out_base, n_out, n_begin, begin, q):
     """The match pending where a search that began at row ``begin`` (after
     ``n_begin`` recorded matches) stops, before row ``q``: ``end << 8 |
@@ -239,7 +240,7 @@ def _pending(row_keys, moves, out, out_base, n_out, n_begin, begin, q):
     return np.int64(NO_MATCH)
 
 
-@register_jitable
+@uncounted
 def _settle(q, hi, off, found, n_out, open_end, shift, end_accept, end_code, start_other, out,
             out_base):
     """After the hot loop stopped at the end of its rows or where a search
@@ -264,7 +265,7 @@ def _settle(q, hi, off, found, n_out, open_end, shift, end_accept, end_code, sta
     return q, np.int64(start_other << shift), np.int64(NO_MATCH), n_out, q >= hi
 
 
-@register_jitable
+@uncounted
 def _search_begin(out, out_base, n_out, n_begin, begin):
     """The row the search under way began at: ``begin`` (where the last one
     settled), or the row of its last restart since (recorded at
@@ -276,7 +277,7 @@ def _search_begin(out, out_base, n_out, n_begin, begin):
     return begin
 
 
-@register_jitable
+@uncounted
 def _lean_finish(classes, q, hi, off, n_out, begin, n_begin, done, open_end, moves, shift,
                  end_accept, start_other, end_code, row_keys, out, out_base):
     """Scan rows on (:func:`_lean_rows`) from a search that began at row
@@ -293,7 +294,7 @@ def _lean_finish(classes, q, hi, off, n_out, begin, n_begin, done, open_end, mov
     return q, off, found, n_out, _search_begin(out, out_base, n_out, n_begin, begin)
 
 
-@register_jitable
+@uncounted
 def _stop(q, hi, off, n_out, begin, n_begin, open_end, moves, shift, end_accept, end_code,
           start_other, row_keys, out, out_base):
     """A lean search stopped at row ``q`` (it died, or its rows ended): the
@@ -1013,7 +1014,7 @@ def scan_segments(s0, s1, classes, seg_lo, seg_hi, seg_first, seg_open, moves, s
             end_code, start_other, row_keys, out, seg_lo[sb])
 
 
-@register_jitable
+@uncounted
 def _lane_stop(q, h, off, n, b, k, f, d, open_end, moves, shift, end_accept, end_code,
                start_other, row_keys, out, out_base):
     """A lane after a run of steps: :func:`_stop` where its rows ended or its
@@ -1024,7 +1025,7 @@ def _lane_stop(q, h, off, n, b, k, f, d, open_end, moves, shift, end_accept, end
     return q, off, f, n, d, b, k
 
 
-@register_jitable
+@uncounted
 def _lane(s, seg_lo, seg_hi, seg_first, fresh_first, fresh, none):
     """A lane starting segment ``s``: ``(s, q, h, off, n, b, k, f, d)``."""
     q = seg_lo[s]
@@ -1033,7 +1034,7 @@ def _lane(s, seg_lo, seg_hi, seg_first, fresh_first, fresh, none):
     return s, q, h, off, np.int64(0), q, np.int64(0), none, q >= h
 
 
-@register_jitable
+@uncounted
 def _record(s, q, off, found, n, counts, exits, begin):
     """Segment ``s`` is done: its matches and where and how it stopped,
     and the row its last search began at (where a stream resumes)."""
