@@ -641,13 +641,22 @@ def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray,
     small = _take_sorted(col, data.partition_offsets[:-1])
     if ordered and not small.null_count:
         # output rows in partition order: runs, one per partition
-        counts = np.diff(np.searchsorted(partition_of, np.arange(len(small) + 1)))
+        counts = _run_lengths(partition_of, len(small))
         got = _fill_runs(small, counts)
         if got is not None:
             return got
     if small.null_count or not _is_binary_like(t):
         return small.take(pa.array(partition_of, pa.int64()))
     return repeat_strings(small, partition_of, compiled=_compiled_gather(len(partition_of)))
+
+
+def _run_lengths(ascending: np.ndarray, n: int) -> np.ndarray:
+    """How many times each of ``0 .. n-1`` occurs in ``ascending``: a
+    search per value where they are few, else one count over the array
+    (100,000 partitions' searches among 680,000 matches took 1.2 ms)."""
+    if n * 24 < ascending.shape[0]:
+        return np.diff(np.searchsorted(ascending, np.arange(n + 1)))
+    return np.bincount(ascending, minlength=n)
 
 
 # Output rows per run below which _fill_runs leaves strings to a kernel: a run
@@ -739,11 +748,14 @@ def _take_sorted(col: pa.ChunkedArray, rows: np.ndarray) -> pa.Array:
     chunked column may combine it first), dictionaries decoded."""
     lengths = [len(c) for c in col.chunks]
     bounds = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
-    which = np.searchsorted(bounds, rows, side="right") - 1
+    # each chunk's rows, a slice of the ascending rows (a pass per chunk
+    # over 100,000 rows, and their np.unique, took 1.5 ms)
+    cuts = np.searchsorted(rows, bounds).tolist()
     parts = []
-    for c in np.unique(which).tolist():
-        part = col.chunk(c).take(pa.array(rows[which == c] - bounds[c], pa.int64()))
-        parts.append(part.dictionary_decode() if pa.types.is_dictionary(part.type) else part)
+    for c in range(len(lengths)):
+        if cuts[c + 1] > cuts[c]:
+            part = col.chunk(c).take(pa.array(rows[cuts[c]:cuts[c + 1]] - bounds[c], pa.int64()))
+            parts.append(part.dictionary_decode() if pa.types.is_dictionary(part.type) else part)
     if not parts:
         t = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
         return pa.array([], t)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .jitable import uncounted
 from .prefetch import prefetch_range
 
 try:
@@ -53,7 +54,7 @@ STRING_BLOCK = 256
 OFFSETS_AHEAD = 2 * STRING_BLOCK
 
 
-@register_jitable
+@uncounted
 def refine_key(values, undecided, first, descending):
     """One key's pass over adjacent row pairs ``(i, i + 1)`` of a key without
     NULLs. ``undecided[i]`` says the pair ties on every earlier key (with
@@ -91,7 +92,7 @@ def refine_key(values, undecided, first, descending):
     return bad == 0
 
 
-@register_jitable
+@uncounted
 def refine_key_nulls(values, valid, undecided, first, descending, nulls_first):
     """:func:`refine_key` for a key with NULLs: ``valid`` holds 0/1 bytes
     (0: NULL, whatever ``values`` holds there); NULL equals NULL and goes
@@ -123,7 +124,7 @@ def refine_key_nulls(values, valid, undecided, first, descending, nulls_first):
     return bad == 0
 
 
-@register_jitable
+@uncounted
 def compare_strings(offsets, data, i, j):
     """-1, 0 or 1: value ``i`` below, equal to or above value ``j`` (bytewise,
     a prefix below the longer value)."""
@@ -141,7 +142,7 @@ def compare_strings(offsets, data, i, j):
     return 1 if la > lb else -1
 
 
-@register_jitable
+@uncounted
 def next_equal(offsets, data, i):
     """Whether values ``i`` and ``i + 1`` are equal: lengths, then every byte
     in one branch-free loop over slices (the usual answer on sorted keys, and
@@ -159,7 +160,7 @@ def next_equal(offsets, data, i):
     return d == 0
 
 
-@register_jitable
+@uncounted
 def block_tied(offsets, data, valid, has_valid, lo, hi):
     """Whether values ``lo .. hi`` (inclusive) are all equal and not NULL:
     one length for all, and the bytes they span periodic with that length.
@@ -195,7 +196,7 @@ def block_tied(offsets, data, valid, has_valid, lo, hi):
     return acc == 0
 
 
-@register_jitable
+@uncounted
 def refine_string_key(offsets, data, valid, has_valid, undecided, first, descending,
                       nulls_first):
     """:func:`refine_key_nulls` for a string or binary key in Arrow's layout:
@@ -242,7 +243,7 @@ def refine_string_key(offsets, data, valid, has_valid, undecided, first, descend
     return True
 
 
-@register_jitable
+@uncounted
 def pair_after(a, b, descending):
     """Whether a numeric pair is out of order, NaN above every number and
     equal to NaN (:func:`refine_key`'s rules)."""
@@ -253,7 +254,7 @@ def pair_after(a, b, descending):
     return (x > y) or (x_nan and not y_nan)
 
 
-@register_jitable
+@uncounted
 def string_then_number(offsets, data, values, descending, cuts):
     """One pass over a string partition key and a numeric order key, both
     without NULLs (the usual ``PARTITION BY symbol ORDER BY ts``): where the
@@ -304,7 +305,7 @@ def string_then_number(offsets, data, values, descending, cuts):
     return count
 
 
-@register_jitable
+@uncounted
 def numbers_in_order(values, lo, hi, descending):
     """Whether every pair ``(j, j + 1)``, ``lo <= j < hi``, of a numeric key
     without NULLs is in order (:func:`refine_key`'s rules, branch-free)."""
@@ -320,7 +321,7 @@ def numbers_in_order(values, lo, hi, descending):
     return bad == 0
 
 
-@register_jitable
+@uncounted
 def same_value(offsets, data, i, j):
     """Whether values ``i`` and ``j`` are equal (lengths, then bytes)."""
     a0 = offsets[i]
@@ -334,7 +335,7 @@ def same_value(offsets, data, i, j):
     return True
 
 
-@register_jitable
+@uncounted
 def run_end(offsets, data, lo, hi):
     """The first ``j`` in ``lo + 1 .. hi`` whose value differs from value
     ``lo``, by binary search as if the values were sorted (``hi + 1`` when
