@@ -1180,12 +1180,25 @@ def chunk_rows(offsets: np.ndarray) -> int:
 def _longest_first(seg_order, seg_lo, seg_hi, a: int, b: int) -> np.ndarray:
     """``seg_order`` with segments ``a .. b-1`` longest first (in place):
     the lanes' last segments, which run with fewer lanes beside them, are
-    then short."""
-    # unstable: segments of equal length may go in either order (each writes
-    # its own slots), and numpy's stable sort of many equal lengths took
-    # 1.5 ms for 50,000 segments, its default 0.2
-    seg_order[a:b] = a + np.argsort(seg_lo[a:b] - seg_hi[a:b])
+    then short. Only the long ones, past ``1 / LONG_SHARE`` of the rows,
+    move: the rest keep their order in memory, which the CPU's prefetchers
+    follow from one segment to the next (100,000 partitions of ticks.py's
+    sizes, all sorted by length, each segment began with misses on its
+    classes, row keys and slots: the scan on one thread 25.2 -> 19.1 ms)."""
+    lengths = seg_hi[a:b] - seg_lo[a:b]
+    long = np.flatnonzero(lengths > int(lengths.sum()) // LONG_SHARE)
+    order = np.arange(a, b, dtype=np.int64)
+    if long.size:
+        # stable: the long ones longest first, then every other in place
+        key = np.zeros(b - a, dtype=np.int64)
+        key[long] = -lengths[long]
+        order = a + np.argsort(key, kind="stable")
+    seg_order[a:b] = order
     return seg_order
+
+
+# A segment longer than this share of its thread's rows is scanned first.
+LONG_SHARE = 256
 
 
 def _segments(offsets: np.ndarray, rows: int) -> tuple:

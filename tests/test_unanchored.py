@@ -287,6 +287,22 @@ def test_class_ids_of_either_width(dtype):
         assert [a.tolist() for a in got] == want and len(got[0]) > 50
 
 
+def test_long_segments_first_the_rest_in_memory_order():
+    # segments 2 .. 9 of a thread's range: two past 1/LONG_SHARE of its rows
+    # go first, longest first; the others keep their order (the prefetchers
+    # follow them); the entries outside the range are left alone
+    lengths = np.array([5, 5, 3, 4000, 2, 9000, 1, 6, 0, 7, 5])
+    seg_lo = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    seg_hi = seg_lo + lengths
+    order = np.arange(11, dtype=np.int64) * 100
+    U._longest_first(order, seg_lo, seg_hi, 2, 10)
+    assert order.tolist() == [0, 100, 5, 3, 2, 4, 6, 7, 8, 9, 1000]
+    # none long: the order in memory
+    order = np.arange(4, dtype=np.int64)
+    U._longest_first(order, seg_lo[:4] * 0, seg_hi[:4] * 0 + 1, 0, 4)
+    assert order.tolist() == [0, 1, 2, 3]
+
+
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("pattern", ["A+ B", "(A | B)* C", "A+? B", "A B+ C+", "A*",
                                      "A{2,3} B{,2}", "^ A+ B*", "A+ $"])
