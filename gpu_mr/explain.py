@@ -156,7 +156,7 @@ def _cpu_path(query: CheckedQuery) -> list:
                   f"compiled pass: {declined})")
     if query.skip.kind == "PAST_LAST_ROW" and query.time_limit is None:
         scan = ("unanchored leftmost-first DFA scan over the classes present, one step per "
-                "row, partitions in parallel, four at a time per core (longest first); a "
+                "row, partitions in parallel, four at a time per core (the long ones first); a "
                 "partition wider than a quarter of a core's share of the rows in speculative "
                 "chunks on all cores, each replayed "
                 "from where the one before it left until the two scans agree (in a stream, "

@@ -35,7 +35,7 @@ arrays (row keys, labels) need no slots. The scan stores each row's key,
 the state before the row and the row's class together (``state << shift |
 class``), which is the walk's index into the lineage: the walk reads one
 array, not the states and the classes. A thread scans four partitions at
-once, longest first: four independent chains of lookups
+once, the long ones first: four independent chains of lookups
 (:func:`scan_segments`). A partition wider than a lane's share of the rows
 is cut into chunks scanned speculatively on all lanes and cores, then
 replayed at their borders until the true scan agrees with the speculation
