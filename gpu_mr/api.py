@@ -108,7 +108,14 @@ def run_clause_on_arrow(table: pa.Table, text: str, *, engine: str = "auto", sta
         result = on_device(query, table)
         if result is not None:
             return result
-    data = frames.sort_for_matching(table, query.partition_columns, query.order_keys)
+    pending = None
+    if getattr(chosen, "checks_order_later", False):
+        data, pending = frames.sort_for_matching_deferred(table, query.partition_columns,
+                                                          query.order_keys)
+    else:
+        data = frames.sort_for_matching(table, query.partition_columns, query.order_keys)
+    if pending is not None:
+        return _run_checking_order(query, chosen, table, data, pending)
     slice_rows = getattr(chosen, "stream_rows", lambda q, d: None)(query, data)
     if slice_rows:      # a partition wider than one device run: through it in slices
         from .streaming import run_stream
@@ -119,6 +126,32 @@ def run_clause_on_arrow(table: pa.Table, text: str, *, engine: str = "auto", sta
         return pa.concat_tables(pieces) if pieces else query.output_schema.empty_table()
     matches = chosen.find_matches(query, data)
     return assemble(query, data, matches)
+
+
+def _run_checking_order(query, chosen, table: pa.Table, data, pending) -> pa.Table:
+    """The query over ``data``, taken as in order, while the pool's threads
+    check the order key in their idle gaps (frames.sort_for_matching_deferred,
+    kernels/threads.py ``start_background``); the input sorted and the
+    query run again if two rows were out of order. An error raised on the
+    unchecked input is raised only once the input is known to be in order
+    (out of order, the sorted input decides)."""
+    from .kernels.threads import start_background
+    checking = start_background(pending.run, len(pending))
+    try:
+        result = assemble(query, data, chosen.find_matches(query, data))
+    except Exception:
+        if all(checking.finish()):
+            raise
+        result = None
+    else:
+        if not all(checking.finish()):
+            result = None
+    finally:
+        checking.finish()           # idempotent: an interrupt leaves no work behind
+    if result is not None:
+        return result
+    data = frames.sort_for_matching(table, query.partition_columns, query.order_keys)
+    return assemble(query, data, chosen.find_matches(query, data))
 
 
 # Checked clauses by (text, span, schema): a clause run again over inputs of

@@ -255,13 +255,16 @@ def pair_after(a, b, descending):
 
 
 @uncounted
-def string_then_number(offsets, data, values, descending, cuts):
+def string_then_number(offsets, data, values, descending, cuts, with_numbers):
     """One pass over a string partition key and a numeric order key, both
     without NULLs (the usual ``PARTITION BY symbol ORDER BY ts``): where the
     strings tie, the numbers must be in order; where they differ, ascending,
     and the pair starts a partition (``cuts[...] = i + 1``). Returns the
     number of cuts written, or -1 when a pair is out of order. No tie bytes
-    are written: blocks of equal strings check their numbers directly."""
+    are written: blocks of equal strings check their numbers directly.
+    Without ``with_numbers`` the numbers are not read (``values`` may be
+    anything): the partitions alone, their order checked later
+    (:func:`numbers_between_cuts`)."""
     m = offsets.shape[0] - 2
     count = 0
     i = 0
@@ -270,7 +273,7 @@ def string_then_number(offsets, data, values, descending, cuts):
         if offsets.itemsize == 8:    # 4-byte offsets keep up without (and lost 3%)
             prefetch_range(offsets, i + OFFSETS_AHEAD, i + OFFSETS_AHEAD + STRING_BLOCK + 1)
         if hi - i == STRING_BLOCK and block_tied(offsets, data, offsets, False, i, hi):
-            if not numbers_in_order(values, i, hi, descending):
+            if with_numbers and not numbers_in_order(values, i, hi, descending):
                 return -1
             i = hi
             continue
@@ -280,7 +283,7 @@ def string_then_number(offsets, data, values, descending, cuts):
             # the pair across the border on its own, the rest from there
             b = run_end(offsets, data, i, hi)
             if b > i + 1 and b < hi and block_tied(offsets, data, offsets, False, i, b - 1):
-                if not numbers_in_order(values, i, b - 1, descending):
+                if with_numbers and not numbers_in_order(values, i, b - 1, descending):
                     return -1
                 c = compare_strings(offsets, data, b - 1, b)
                 if c > 0:
@@ -288,7 +291,7 @@ def string_then_number(offsets, data, values, descending, cuts):
                 if c < 0:
                     cuts[count] = b
                     count += 1
-                elif pair_after(values[b - 1], values[b], descending):
+                elif with_numbers and pair_after(values[b - 1], values[b], descending):
                     return -1
                 i = b
                 continue
@@ -299,7 +302,7 @@ def string_then_number(offsets, data, values, descending, cuts):
             if c < 0:
                 cuts[count] = j + 1
                 count += 1
-            elif pair_after(values[j], values[j + 1], descending):
+            elif with_numbers and pair_after(values[j], values[j + 1], descending):
                 return -1
         i = hi
     return count
@@ -319,6 +322,21 @@ def numbers_in_order(values, lo, hi, descending):
         y_nan = np.uint8(y != y)
         bad |= np.uint8(x > y) | (x_nan & (y_nan ^ 1))
     return bad == 0
+
+
+@uncounted
+def numbers_between_cuts(values, cuts, lo, hi, descending):
+    """Whether every pair ``(j, j + 1)``, ``lo <= j < hi``, of a numeric key
+    without NULLs is in order (:func:`numbers_in_order`) but those across
+    a partition's start (``cuts``: ascending rows that begin one)."""
+    a = lo
+    k = np.searchsorted(cuts, lo + 1)
+    while k < cuts.shape[0] and cuts[k] <= hi:
+        if not numbers_in_order(values, a, cuts[k] - 1, descending):
+            return False
+        a = cuts[k]
+        k += 1
+    return numbers_in_order(values, a, hi, descending)
 
 
 @uncounted
@@ -380,7 +398,15 @@ def tie_breaks(ties, words, count, n):
 # Module-level drivers: what numba compiles (and caches on disk).
 
 def partition_and_order(offsets, data, values, descending, cuts):
-    return string_then_number(offsets, data, values, descending, cuts)
+    return string_then_number(offsets, data, values, descending, cuts, True)
+
+
+def partition_cuts(offsets, data, values, cuts):
+    return string_then_number(offsets, data, values, False, cuts, False)
+
+
+def order_between_cuts(values, cuts, lo, hi, descending):
+    return numbers_between_cuts(values, cuts, lo, hi, descending)
 
 
 def refine_numbers(values, undecided, first, descending):
@@ -402,7 +428,7 @@ def partition_offsets(ties, words, count, n):
 
 
 DRIVERS = (refine_numbers, refine_numbers_nulls, refine_strings, partition_offsets,
-           partition_and_order)
+           partition_and_order, partition_cuts, order_between_cuts)
 _compiled = None
 
 

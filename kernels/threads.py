@@ -98,7 +98,7 @@ def run_pieces(fn, pieces: list) -> list:
     if len(pieces) <= 1:
         return [fn(lo, hi) for lo, hi in pieces]
     pool = _executor(len(pieces) - 1)
-    futures = [pool.submit(fn, lo, hi) for lo, hi in pieces[1:]]
+    futures = [_submit(pool, fn, lo, hi) for lo, hi in pieces[1:]]
     first = fn(*pieces[0])
     return [first] + [f.result() for f in futures]
 
@@ -134,13 +134,126 @@ def run_all(fn, items: list) -> list:
     # one drain per thread, not a future per item: the pool's threads would
     # take the items one by one while the calling thread did only the first
     pool = _executor(workers - 1)
-    futures = [pool.submit(drain) for _ in range(workers - 1)]
+    futures = [_submit(pool, drain) for _ in range(workers - 1)]
     drain()
     for f in futures:
         f.result()
     if failed:
         raise failed[min(failed)]
     return results
+
+
+# Work the pool's threads do while no other waits (start_background): the
+# foreground tasks submitted and not yet started, and the background jobs
+# under way, under one condition.
+_background_cond = threading.Condition()
+_queued = [0]
+_backgrounds: list = []
+
+
+def _submit(pool, fn, *args):
+    """``pool.submit(fn, *args)`` as a foreground task: background jobs
+    stop taking new items while it waits, and resume on its thread after."""
+    with _background_cond:
+        _queued[0] += 1
+
+    def task():
+        with _background_cond:
+            _queued[0] -= 1
+        try:
+            return fn(*args)
+        finally:
+            _wake_background(pool)
+    return pool.submit(task)
+
+
+def _wake_background(pool) -> None:
+    """A pool thread just came free: hand it background items, if any wait."""
+    with _background_cond:
+        for job in _backgrounds:
+            if job.waiting() and job.drains == 0 and _queued[0] == 0:
+                job.drains += 1
+                pool.submit(job.drain, False)
+                return
+
+
+class Background:
+    """``fn(i)`` for ``i`` in ``0 .. n-1`` on the pool's threads while they
+    have nothing else to do (:func:`start_background`); :meth:`finish`
+    runs what is left on the calling thread and returns the answers."""
+
+    def __init__(self, fn, n: int):
+        self.fn, self.n = fn, n
+        self.next = 0
+        self.drains = 0                 # pool threads taking items now
+        self.results: list = [None] * n
+        self.failed: dict = {}
+
+    def waiting(self) -> bool:
+        return self.next < self.n and not self.failed
+
+    def drain(self, finishing: bool) -> None:
+        """Take items one by one; on a pool thread, stop as soon as a
+        foreground task waits for it (``finishing``: the caller's thread,
+        which takes every item left)."""
+        while True:
+            with _background_cond:
+                if (not self.waiting() or (not finishing and _queued[0] > 0)):
+                    if not finishing:
+                        self.drains -= 1
+                        _background_cond.notify_all()
+                    return
+                i = self.next
+                self.next += 1
+            try:
+                self.results[i] = self.fn(i)
+            except BaseException as exc:      # raised by finish, in item order
+                with _background_cond:
+                    self.failed[i] = exc
+
+    def finish(self) -> list:
+        """Every item's answer, in order, once all are done; the first
+        failing item's exception (in item order) is raised."""
+        with _background_cond:            # a pool thread shares what is left
+            if self.waiting() and self.drains == 0 and thread_count() > 1:
+                self.drains += 1
+                _executor(1).submit(self.drain, False)
+        self.drain(True)
+        with _background_cond:
+            while self.drains:
+                _background_cond.wait()
+            if self in _backgrounds:
+                _backgrounds.remove(self)
+        if self.failed:
+            raise self.failed[min(self.failed)]
+        return self.results
+
+
+def start_background(fn, n: int) -> Background:
+    """``fn(i)`` for ``i`` in ``0 .. n-1``, started on the pool's threads
+    and run while no foreground work (:func:`run_pieces`, :func:`run_all`)
+    waits for them, one short item at a time; the caller gets the answers
+    from :meth:`Background.finish`, which runs whatever is left.
+    Why: between the parallel stages of a query one thread runs alone
+    (Python between kernels, the output table), and the pool's threads
+    wait; a memory-bound pass that can wait for its answer (the order
+    key's check within partitions) fills those gaps. A foreground task
+    waits for at most one item; items should be short.
+
+    >>> job = start_background(lambda i: i * i, 5)
+    >>> job.finish()
+    [0, 1, 4, 9, 16]
+    """
+    job = Background(fn, n)
+    if thread_count() <= 1 or n == 0:
+        return job                        # finish() runs everything
+    pool = _executor(1)
+    with _background_cond:
+        _backgrounds.append(job)
+        if _queued[0] == 0:
+            job.drains += 1
+            pool.submit(job.drain, False)
+    return job
 
 
 def least(values: np.ndarray):

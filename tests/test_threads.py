@@ -121,3 +121,42 @@ def test_run_all_starts_no_item_after_a_failure(monkeypatch):
     with pytest.raises(ValueError, match="item 1"):
         threads.run_all(item, list(range(50)))
     assert len(ran) < 10
+
+
+def test_background_items_all_answered_in_order_beside_foreground_work():
+    import threading as th
+    import time
+    ran_on = []
+
+    def item(i):
+        ran_on.append(th.get_ident())
+        time.sleep(0.0005)
+        return i * i
+    job = threads.start_background(item, 40)
+    # foreground work runs meanwhile, and is not starved by the background
+    for _ in range(5):
+        assert threads.run_pieces(lambda a, b: a + b, [(0, 1), (2, 3)]) == [1, 5]
+        assert threads.run_all(lambda x: -x, [1, 2, 3]) == [-1, -2, -3]
+    assert job.finish() == [i * i for i in range(40)]
+    assert job.finish() == [i * i for i in range(40)]          # again: the same answers
+    assert len(ran_on) == 40                                   # each item once
+    if threads.thread_count() > 1:
+        assert len(set(ran_on)) >= 1
+
+
+def test_background_raises_the_first_failing_item_and_stops():
+    def item(i):
+        if i in (3, 7):
+            raise ValueError(f"item {i}")
+        return i
+    job = threads.start_background(item, 10)
+    with pytest.raises(ValueError, match="item 3"):
+        job.finish()
+
+
+def test_background_with_one_thread_runs_at_finish(monkeypatch):
+    monkeypatch.setattr(threads, "thread_count", lambda: 1)
+    seen = []
+    job = threads.start_background(lambda i: seen.append(i) or i, 3)
+    assert seen == []                       # nothing ran before finish
+    assert job.finish() == [0, 1, 2]
