@@ -1177,6 +1177,10 @@ def chunk_rows(offsets: np.ndarray) -> int:
     return max(S.CHUNK_MIN_ROWS, share)
 
 
+# A segment longer than this share of its thread's rows is scanned first.
+LONG_SHARE = 256
+
+
 def _longest_first(seg_order, seg_lo, seg_hi, a: int, b: int) -> np.ndarray:
     """``seg_order`` with segments ``a .. b-1`` longest first (in place):
     the lanes' last segments, which run with fewer lanes beside them, are
@@ -1195,10 +1199,6 @@ def _longest_first(seg_order, seg_lo, seg_hi, a: int, b: int) -> np.ndarray:
         order = a + np.argsort(key, kind="stable")
     seg_order[a:b] = order
     return seg_order
-
-
-# A segment longer than this share of its thread's rows is scanned first.
-LONG_SHARE = 256
 
 
 def _segments(offsets: np.ndarray, rows: int) -> tuple:
