@@ -151,6 +151,21 @@ _queued = [0]
 _backgrounds: list = []
 
 
+def _reset_after_fork() -> None:
+    """In a forked child (Spark's Python workers are forked): none of the
+    parent's threads exist there, so no lock may stay held by one and no
+    background job is under way."""
+    global _pool_lock, _background_cond
+    _pool_lock = threading.Lock()
+    _background_cond = threading.Condition()
+    _queued[0] = 0
+    _backgrounds.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
 def _submit(pool, fn, *args):
     """``pool.submit(fn, *args)`` as a foreground task: background jobs
     stop taking new items while it waits, and resume on its thread after."""

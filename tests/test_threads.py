@@ -160,3 +160,32 @@ def test_background_with_one_thread_runs_at_finish(monkeypatch):
     job = threads.start_background(lambda i: seen.append(i) or i, 3)
     assert seen == []                       # nothing ran before finish
     assert job.finish() == [0, 1, 2]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin",
+                    reason="needs fork")
+def test_a_forked_child_starts_without_the_parents_background_work():
+    """A fork taken while a background job is under way (a query on another
+    thread): the child's own background work and pieces run, none of the
+    parent's is left waiting there."""
+    import time
+    gate = []
+
+    def slow(i):
+        time.sleep(0.002)
+        gate.append(i)
+        return i
+    job = threads.start_background(slow, 200)
+    pid = os.fork()
+    if pid == 0:
+        ok = False
+        try:
+            signal.alarm(20)
+            ok = (threads._backgrounds == [] and threads._queued[0] == 0
+                  and threads.start_background(lambda i: i + 1, 3).finish() == [1, 2, 3]
+                  and threads.run_pieces(lambda a, b: b, [(0, 1), (1, 2)]) == [1, 2])
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert job.finish() == list(range(200))
+    assert os.waitstatus_to_exitcode(status) == 0
