@@ -142,14 +142,12 @@ def _run_checking_order(query, chosen, table: pa.Table, data, pending) -> pa.Tab
     except Exception:
         if all(checking.finish()):
             raise
-        result = None
+    except BaseException:           # an interrupt: no work left behind on the pool
+        checking.finish()
+        raise
     else:
-        if not all(checking.finish()):
-            result = None
-    finally:
-        checking.finish()           # idempotent: an interrupt leaves no work behind
-    if result is not None:
-        return result
+        if all(checking.finish()):
+            return result
     data = frames.sort_for_matching(table, query.partition_columns, query.order_keys)
     return assemble(query, data, chosen.find_matches(query, data))
 

@@ -978,7 +978,7 @@ def sort_for_matching_deferred(table: pa.Table, partition_columns: Sequence[str]
         try:
             fused = _fused_pass(kernels, keys, 1, n, defer=True)
         except pa.ArrowNotImplementedError:
-            fused = None
+            fused = None            # sort_for_matching below raises its DataError
         if fused is not None and fused[0]:
             return SortedInput(table, fused[1], None, True), fused[2]
     return sort_for_matching(table, partition_columns, order_keys), None
