@@ -165,11 +165,15 @@ def _cpu_path(query: CheckedQuery) -> list:
                 "its cap)")
         recovery = ("each match's start and path (which variable each row took) by one "
                     "backward walk over the automaton's thread lineage, one job per match")
-        from .measures import walk_labels_reason
+        from .measures import walk_decided_extremes, walk_labels_reason
         why = walk_labels_reason(query)
         if why is None:
             recovery += ("; the ONE ROW measures are computed during that walk or from the "
                          "match's rows, and no per-row labels are written")
+            decided = walk_decided_extremes(query)
+            if decided:
+                recovery += ("; " + ", ".join(decided) + " (its DEFINE orders those rows: "
+                             "no key compared)")
         elif query.rows_per_match == "ONE":
             recovery += f"; per-row labels are written for the measure {why}"
     else:

@@ -55,7 +55,7 @@ from .analysis import CheckedQuery
 from .engines.base import MatchArrays, as_match_arrays
 from .errors import DataError
 from .frames import CHUNK_MIN_ROWS, MANY_CHUNKS, SortedInput, _string_piece, _valid_bytes
-from . import measure_exprs
+from . import measure_exprs, monotone
 from .interpreter import INT64_MAX, INT64_MIN, Interpreter, MatchView, _nav_var
 from .kernels import buffers as B
 from .kernels import gather as G
@@ -415,6 +415,30 @@ def walk_labels_reason(query: CheckedQuery) -> Optional[str]:
     other, still take the labels), else which measure reads the labels."""
     if query.rows_per_match != "ONE":
         return "ALL ROWS PER MATCH reports every row's variable"
+    plan = _schema_plan(query)
+    return plan if isinstance(plan, str) else None
+
+
+def walk_decided_extremes(query: CheckedQuery) -> list:
+    """For ``explain()``: ``"MIN(DOWN.price) at DOWN's last row"`` per
+    MIN/MAX the walk takes at a row its variable's DEFINE decides
+    (gpu_mr/monotone.py), without comparing keys."""
+    from .kernels.unanchored import EXT_AT_FIRST, EXT_COMPARED
+    plan = _schema_plan(query) if query.rows_per_match == "ONE" else "ALL ROWS"
+    if isinstance(plan, str):
+        return []
+    out = []
+    for (column, want_max, member), (*_, at) in plan[1].items():
+        if at != EXT_COMPARED and member is not None and len(member) == 1:
+            var = A.quote_ident(query.primary_vars[member[0]])
+            out.append(f"{'MAX' if want_max else 'MIN'}({var}.{column}) at "
+                       f"{var}'s {'first' if at == EXT_AT_FIRST else 'last'} row")
+    return out
+
+
+def _schema_plan(query: CheckedQuery):
+    """:func:`_walk_plan` over the query's input schema, where one was given
+    (a column not in it reads as if the walk can read it)."""
     schema = query.input_schema
     names: dict = {}
 
@@ -427,8 +451,7 @@ def walk_labels_reason(query: CheckedQuery) -> Optional[str]:
     def arrow_type(name: str):
         return schema.field(name).type if schema is not None and name in schema.names \
             else None
-    plan = _walk_plan(query, column, arrow_type)
-    return plan if isinstance(plan, str) else None
+    return _walk_plan(query, column, arrow_type)
 
 
 def _walk_type(t: pa.DataType) -> bool:
@@ -444,7 +467,9 @@ def _walk_plan(query: CheckedQuery, column, arrow_type):
     ``arrow_type(name)``: the column's Arrow type."""
     if not query.measures:
         return "no measures"
-    from .kernels.unanchored import WALK_EDGES, WALK_EXTREMES, WALK_LANDINGS
+    from .kernels.unanchored import (EXT_AT_FIRST, EXT_AT_LAST, EXT_COMPARED, WALK_EDGES,
+                                     WALK_EXTREMES, WALK_LANDINGS)
+    walk_at = {"FIRST": EXT_AT_FIRST, "LAST": EXT_AT_LAST}
     first_vars, last_vars = _edges_of(query)
     ids = {name: i for i, name in enumerate(query.primary_vars)}
     var_ids = {name: (i,) for name, i in ids.items()}
@@ -507,7 +532,11 @@ def _walk_plan(query: CheckedQuery, column, arrow_type):
                 key = (ref.resolved, e.name == "MAX", member)
                 if c is not None and (key in extremes or len(extremes) < WALK_EXTREMES):
                     floats = arrow_type(ref.resolved) == pa.float64()
-                    extremes.setdefault(key, (c, floats, e.name == "MAX", member))
+                    # at a row the DEFINE decides, where it does: no key compared
+                    at = (monotone.extreme_at(query, e.var, ref.resolved, e.name == "MAX")
+                          if e.var in ids else None)
+                    extremes.setdefault(key, (c, floats, e.name == "MAX", member,
+                                              walk_at.get(at, EXT_COMPARED)))
                     return True
             # Over every row of the match, or of a variable's range of it:
             # the segmented kernels read no labels (kernels/segmented.py

@@ -512,6 +512,13 @@ WALK_EXTREMES = 2
 # The walk's flags per group of matches (walk_measures' ``flags``).
 WALK_FLAGS = 2 * WALK_EXTREMES + 1
 WALK_LANDINGS = 4
+# How the walk finds an extreme's row (``at<x>``): by comparing the keys of
+# the rows that count, or as the last (first) of them, where the planner
+# has proved the keys strictly monotone over them (gpu_mr/monotone.py):
+# then no key is read but the one at that row.
+EXT_COMPARED = 0
+EXT_AT_LAST = 1
+EXT_AT_FIRST = 2
 # How many matches ahead the walk asks for rows (4 and 32 measured slower).
 PREFETCH_MATCHES = 16
 
@@ -625,8 +632,9 @@ def _landing_lanes(variables, member_bits, first, inside, base):
 @register_jitable
 def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, starts, lengths,
                   lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0, edge_out1,
-                  edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0, keys1, member1,
-                  orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1, flags, n_land,
+                  edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0, at0, keys1,
+                  member1, orient1, none1, at1, ext_row0, ext_row1, ext_val0, ext_val1, flags,
+                  n_land,
                   land_member0, land_first0, land_member1, land_first1, land_member2,
                   land_first2, land_member3, land_first3, land_out0, land_out1, land_out2,
                   land_out3):
@@ -645,7 +653,10 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
     keys reversed; ``none<x>``: the start value, the largest in that
     direction) over the rows mapped to a variable ``v`` with
     ``member<x>[v]``, the first of equal keys, -1 for none;
-    ``ext_val<x>[i]`` its key (left alone for none); ``flags[x]`` set when
+    ``ext_val<x>[i]`` its key (left alone for none); where ``at<x>`` is
+    ``EXT_AT_LAST`` (``EXT_AT_FIRST``) instead the last (first) such row,
+    its keys not compared (the caller knows that row holds the extreme);
+    ``flags[x]`` set when
     a counted key is NaN (the row is then meaningless), ``flags[WALK_EXTREMES
     + x]`` when a match has no row for it (-1), ``flags[2 * WALK_EXTREMES]``
     when a match is empty (what measures.py would otherwise learn by a pass
@@ -739,12 +750,21 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
                 q = np.uint64(base + first_lane)
                 inside = ((1 << LANES) - 1) >> first_lane << first_lane
                 if n_ext > 0:
-                    counted = lane_members(variables, bits0) & inside
-                    v0, ties, nan = lane_min(keys0, base - lo, counted, orient0, none0)
-                    nan0 |= nan
-                    b0 = base + lowest_lane(ties | 1 << LANES) if ties != 0 else np.int64(-1)
-                    f0 = b0                 # the extreme's row stands (see below)
-                    if n_ext > 1:
+                    if at0 != EXT_COMPARED:     # the row alone (see below)
+                        f0 = _landing_lanes(variables, bits0, at0 == EXT_AT_FIRST, inside,
+                                            base)
+                    else:
+                        counted = lane_members(variables, bits0) & inside
+                        v0, ties, nan = lane_min(keys0, base - lo, counted, orient0, none0)
+                        nan0 |= nan
+                        b0 = (base + lowest_lane(ties | 1 << LANES) if ties != 0
+                              else np.int64(-1))
+                        f0 = b0                 # the extreme's row stands (see below)
+                if n_ext > 1:
+                    if at1 != EXT_COMPARED:
+                        f1 = _landing_lanes(variables, bits1, at1 == EXT_AT_FIRST, inside,
+                                            base)
+                    else:
                         counted = lane_members(variables, bits1) & inside
                         v1, ties, nan = lane_min(keys1, base - lo, counted, orient1, none1)
                         nan1 |= nan
@@ -767,11 +787,17 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
                 step = _walk_row(row_keys, lineage, thread_shift, q, t)
                 var = np.uint64((step >> 16) & 0x7FFF)
                 if n_ext > 0:
-                    v0, b0, f0, nan0 = _extreme_row(keys0, member0, orient0, none0, var, q,
-                                                    ulo, v0, b0, f0, nan0)
+                    if at0 != EXT_COMPARED:
+                        f0 = _landing_row(member0, at0 == EXT_AT_FIRST, var, q, f0)
+                    else:
+                        v0, b0, f0, nan0 = _extreme_row(keys0, member0, orient0, none0, var,
+                                                        q, ulo, v0, b0, f0, nan0)
                 if n_ext > 1:
-                    v1, b1, f1, nan1 = _extreme_row(keys1, member1, orient1, none1, var, q,
-                                                    ulo, v1, b1, f1, nan1)
+                    if at1 != EXT_COMPARED:
+                        f1 = _landing_row(member1, at1 == EXT_AT_FIRST, var, q, f1)
+                    else:
+                        v1, b1, f1, nan1 = _extreme_row(keys1, member1, orient1, none1, var,
+                                                        q, ulo, v1, b1, f1, nan1)
                 if n_land > 0:
                     l0 = _landing_row(land_member0, land_first0, var, q, l0)
                     if n_land > 1:
@@ -1079,11 +1105,11 @@ def walk_all(c0, c1, ends, codes, row_keys, lineage, thread_shift, starts, begin
 
 def walk_measures_groups(m0, m1, ends, codes, row_keys, lineage, thread_shift, starts, lengths,
                          lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0, edge_out1,
-                         edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0, keys1,
-                         member1, orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1,
-                         flags, n_land, land_member0, land_first0, land_member1, land_first1,
-                         land_member2, land_first2, land_member3, land_first3, land_out0,
-                         land_out1, land_out2, land_out3):
+                         edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0, at0,
+                         keys1, member1, orient1, none1, at1, ext_row0, ext_row1, ext_val0,
+                         ext_val1, flags, n_land, land_member0, land_first0, land_member1,
+                         land_first1, land_member2, land_first2, land_member3, land_first3,
+                         land_out0, land_out1, land_out2, land_out3):
     """:func:`walk_measures` over matches ``m0 .. m1-1``, whose rows lie in
     the columns' piece from row ``lo``, a group of ``WALK_CHUNK`` matches
     at a time (``flags``: a row per group)."""
@@ -1094,10 +1120,10 @@ def walk_measures_groups(m0, m1, ends, codes, row_keys, lineage, thread_shift, s
         walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, starts,
                       lengths, lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0,
                       edge_out1, edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0,
-                      keys1, member1, orient1, none1, ext_row0, ext_row1, ext_val0, ext_val1,
-                      flags[g], n_land, land_member0, land_first0, land_member1, land_first1,
-                      land_member2, land_first2, land_member3, land_first3, land_out0,
-                      land_out1, land_out2, land_out3)
+                      at0, keys1, member1, orient1, none1, at1, ext_row0, ext_row1, ext_val0,
+                      ext_val1, flags[g], n_land, land_member0, land_first0, land_member1,
+                      land_first1, land_member2, land_first2, land_member3, land_first3,
+                      land_out0, land_out1, land_out2, land_out3)
         first = last
 
 
@@ -1405,7 +1431,8 @@ class WalkColumns:
     rows, ascending from 0), ``chunks`` (per chunk, the tuple of each
     column's values as read-only uint64 arrays), ``edges`` ((column, at
     the match's last row) pairs), ``extremes`` ((column, float keys, MAX,
-    bool per variable id: the rows that count) tuples), ``landings`` ((bool
+    bool per variable id: the rows that count[, EXT_COMPARED, EXT_AT_LAST
+    or EXT_AT_FIRST]) tuples), ``landings`` ((bool
     per variable id: the rows that count, FIRST) pairs); see
     :func:`walk_measures`."""
 
@@ -1419,6 +1446,9 @@ class WalkColumns:
         self.ext_col = np.array([x[0] for x in extremes], dtype=np.int64)
         self.ext_float = np.array([x[1] for x in extremes], dtype=np.bool_)
         self.ext_max = np.array([x[2] for x in extremes], dtype=np.bool_)
+        # how each extreme's row is found (EXT_COMPARED when not given)
+        self.ext_at = [np.int64(x[4] if len(x) > 4 else EXT_COMPARED) for x in extremes]
+        self.ext_at += [np.int64(EXT_COMPARED)] * (WALK_EXTREMES - len(extremes))
         if len(extremes) > WALK_EXTREMES or len(edges) > WALK_EDGES:
             raise ValueError(f"at most {WALK_EDGES} edges and {WALK_EXTREMES} MIN/MAX per walk")
         self.ext_member = np.zeros((WALK_EXTREMES, max(n_vars, 1)), dtype=np.bool_)
@@ -1550,9 +1580,9 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
                            row_keys, lineage, np.int64(thread_shift), starts,
                            lengths, np.int64(lo), np.int64(n_edge), *edges,
                            walk.edge_end, *edge_outs, np.int64(n_ext), keys[0], walk.ext_member[0],
-                           orient[0], none[0], keys[1], walk.ext_member[1], orient[1],
-                           none[1], *ext_rows, ext_val[0], ext_val[1], flags,
-                           np.int64(walk.n_land), walk.land_member[0], walk.land_first[0],
+                           orient[0], none[0], walk.ext_at[0], keys[1], walk.ext_member[1],
+                           orient[1], none[1], walk.ext_at[1], *ext_rows, ext_val[0],
+                           ext_val[1], flags, np.int64(walk.n_land), walk.land_member[0], walk.land_first[0],
                            walk.land_member[1], walk.land_first[1], walk.land_member[2],
                            walk.land_first[2], walk.land_member[3], walk.land_first[3],
                            *land_outs)

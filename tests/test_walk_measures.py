@@ -54,6 +54,17 @@ def naive(starts, ends, label_offsets, labels, column, member, want_max):
     return out
 
 
+def member_rows(starts, label_offsets, labels, member, first):
+    """Per match, its first (``first``) or last row whose variable counts,
+    -1 for none."""
+    rows = []
+    for i in range(len(starts)):
+        hits = [starts[i] + e - label_offsets[i]
+                for e in range(label_offsets[i], label_offsets[i + 1]) if member[labels[e]]]
+        rows.append((hits[0] if first else hits[-1]) if hits else -1)
+    return rows
+
+
 def check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled, plain_want=False,
           landings=()):
     program = program_of(pattern)
@@ -73,8 +84,9 @@ def check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled, pla
         for a in chunk:
             a.setflags(write=False)
     n_vars = 3                                      # A, B, C
-    ext = [(c, c == 0, want_max, [bool(m >> v & 1) for v in range(n_vars)])
-           for c, want_max, m in extremes]
+    extremes = [x if len(x) > 3 else x + (U.EXT_COMPARED,) for x in extremes]
+    ext = [(c, c == 0, want_max, [bool(m >> v & 1) for v in range(n_vars)], at)
+           for c, want_max, m, at in extremes]
     lands = [([bool(m >> v & 1) for v in range(n_vars)], first) for m, first in landings]
     walk = U.WalkColumns(bounds, chunks, [(0, False), (1, True), (1, False)], ext, n_vars,
                          lands)
@@ -93,27 +105,26 @@ def check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled, pla
     for j, (c, at_end) in enumerate([(0, False), (1, True), (1, False)]):
         rows = ends - 1 if at_end else starts
         assert (walked["edges"][j][nonempty] == columns[c][rows[nonempty]]).all()
-    for x, (c, want_max, m) in enumerate(extremes):
+    for x, (c, want_max, m, at) in enumerate(extremes):
         keys = np.asarray(floats if c == 0 else ints, np.float64 if c == 0 else np.int64)
         member = ext[x][3]
         counted = [r for i in range(len(starts)) for r in range(starts[i], ends[i])
                    if member[labels[label_offsets[i] + r - starts[i]]]]
-        if c == 0 and np.isnan(keys[counted]).any():
+        if at != U.EXT_COMPARED:
+            # the last (first) counted row, its keys not compared: no NaN seen
+            rows = member_rows(starts, label_offsets, labels, member, at == U.EXT_AT_FIRST)
+        elif c == 0 and np.isnan(keys[counted]).any():
             assert walked["ext_nan"][x]
             continue
+        else:
+            rows = naive(starts, ends, label_offsets, labels, keys, member, want_max)
         assert not walked["ext_nan"][x]
-        rows = naive(starts, ends, label_offsets, labels, keys, member, want_max)
         assert walked["ext_rows"][x].tolist() == rows
         assert walked["ext_gap"][x] == (-1 in rows)       # a match with no row for it
         rows = np.array(rows, dtype=np.int64)
         assert (walked["ext_values"][x][rows >= 0] == columns[c][rows[rows >= 0]]).all()
     for j, (member, first) in enumerate(lands):       # FIRST/LAST member row, -1 none
-        rows = []
-        for i in range(len(starts)):
-            hits = [starts[i] + e - label_offsets[i]
-                    for e in range(label_offsets[i], label_offsets[i + 1])
-                    if member[labels[e]]]
-            rows.append((hits[0] if first else hits[-1]) if hits else -1)
+        rows = member_rows(starts, label_offsets, labels, member, first)
         assert walked["landings"][j].tolist() == rows
     assert got[1].shape == ends.shape
 
@@ -129,7 +140,10 @@ def test_walk_gives_what_the_labels_give(pattern, data, compiled):
         st.integers(0, 1))), min_size=n, max_size=n))
     ints = data.draw(st.lists(st.sampled_from(INTS), min_size=n, max_size=n))
     extremes = data.draw(st.lists(st.tuples(st.integers(0, 1), st.booleans(),
-                                            st.integers(0, 7)), max_size=U.WALK_EXTREMES))
+                                            st.integers(0, 7),
+                                            st.sampled_from([U.EXT_COMPARED, U.EXT_COMPARED,
+                                                             U.EXT_AT_LAST, U.EXT_AT_FIRST])),
+                                  max_size=U.WALK_EXTREMES))
     landings = data.draw(st.lists(st.tuples(st.integers(0, 7), st.booleans()),
                                   max_size=U.WALK_LANDINGS))
     check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled,

@@ -396,8 +396,8 @@ def _walk_columns(request: tuple, n_vars: int):
     from ..kernels.unanchored import WalkColumns
     bounds, chunks, edges, extremes, landings = request
     ext = [(c, floats, want_max,
-            [member is None or v in member for v in range(n_vars)])
-           for c, floats, want_max, member in extremes.values()]
+            [member is None or v in member for v in range(n_vars)], at)
+           for c, floats, want_max, member, at in extremes.values()]
     lands = [([v in member for v in range(n_vars)], kind == "FIRST")
              for member, kind in landings]
     return WalkColumns(bounds, chunks, list(edges.values()), ext, n_vars, lands)
