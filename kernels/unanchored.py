@@ -1582,10 +1582,10 @@ def run_unanchored_measured(classes: np.ndarray, offsets: np.ndarray, tables,
                            walk.edge_end, *edge_outs, np.int64(n_ext), keys[0], walk.ext_member[0],
                            orient[0], none[0], walk.ext_at[0], keys[1], walk.ext_member[1],
                            orient[1], none[1], walk.ext_at[1], *ext_rows, ext_val[0],
-                           ext_val[1], flags, np.int64(walk.n_land), walk.land_member[0], walk.land_first[0],
-                           walk.land_member[1], walk.land_first[1], walk.land_member[2],
-                           walk.land_first[2], walk.land_member[3], walk.land_first[3],
-                           *land_outs)
+                           ext_val[1], flags, np.int64(walk.n_land), walk.land_member[0],
+                           walk.land_first[0], walk.land_member[1], walk.land_first[1],
+                           walk.land_member[2], walk.land_first[2], walk.land_member[3],
+                           walk.land_first[3], *land_outs)
     # One hand-off to the thread pool for all the pieces (the kernel drops
     # the GIL), not a parallel launch per chunk of the columns; pieces of
     # about equal rows (matches are longer in some partitions than others).
