@@ -49,7 +49,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -195,14 +195,17 @@ def _run_once(table: pa.Table, query: Query, engine: str):
     return time.perf_counter() - t0, out
 
 
-def _attempt(table: pa.Table, query: Query, engine: str, repeat: int) -> dict:
-    """Best of ``repeat`` runs; never raises (the outcome is in ``status``)."""
+def _attempt(table: pa.Table, query: Query, engine: str, repeat: int,
+             between: Callable = lambda: None) -> dict:
+    """Best of ``repeat`` runs, ``between()`` after each; never raises (the
+    outcome is in ``status``)."""
     times = []
     out = None
     try:
         for _ in range(max(1, repeat)):
             dt, out = _run_once(table, query, engine)
             times.append(dt)
+            between()
     except UnsupportedError as exc:
         return {"status": "unsupported", "reason": str(exc), "rows": table.num_rows}
     except Exception as exc:  # recorded, reported, and the run goes on
@@ -313,17 +316,24 @@ def numpy_ratio(args, log) -> dict:
     price = table.column("price").combine_chunks().to_numpy()
     assert price.dtype == np.float64 and price.flags.c_contiguous
     np_times = []
-    for _ in range(max(NUMPY_REPEAT, args.repeat)):  # cheap: many tries tame a busy machine
+
+    def numpy_pass() -> None:
         t0 = time.perf_counter()
         mask = price[1:] < price[:-1]
         np_times.append(time.perf_counter() - t0)
         del mask
     q = QUERIES[NUMPY_RATIO_QUERY]
+    first = _warm_up(q, "cpu", args.seed, rows)
+    engine_repeat = max(ENGINE_RATIO_REPEAT, args.repeat)
+    for _ in range(max(NUMPY_REPEAT, args.repeat) - engine_repeat):
+        numpy_pass()
+    # the rest of the numpy passes one after each of the engine's runs, so
+    # that both sides of the ratio are measured over the same stretch of
+    # time (this VM's speed drifts by 10-40% for minutes)
+    res = _attempt(table, q, "cpu", engine_repeat, between=numpy_pass)
+    res.pop("_out", None)
     rec = {"rows": rows, "partitions": parts, "query": q.name, "engine": "cpu",
            "numpy_seconds": min(np_times), "numpy_all_seconds": np_times}
-    first = _warm_up(q, "cpu", args.seed, rows)
-    res = _attempt(table, q, "cpu", max(ENGINE_RATIO_REPEAT, args.repeat))
-    res.pop("_out", None)
     first_big = res["all_seconds"][0] if res["status"] == "ok" else None
     rec.update(first_call_seconds=first, first_full_size_seconds=first_big, result=res)
     if res["status"] == "ok":
