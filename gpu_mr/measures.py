@@ -122,9 +122,11 @@ def assemble(query: CheckedQuery, data: SortedInput, matches,
         values = _interpret(query, data, ma, rows, rest, interp)
         for m, vals in zip(rest, values):
             arrays[m.name] = measure_array(m, vals)
+    per_partition = (getattr(ma, "walked", None) or {}).get(("per partition",)) \
+        if query.rows_per_match == "ONE" else None
     return _build_table(query, data, rows.source, arrays, columns,
                         _partition_of(query, data, ma, rows),
-                        _output_spans(data, ma, rows.source))
+                        _output_spans(data, ma, rows.source), per_partition)
 
 
 def _partition_of(query: CheckedQuery, data: SortedInput, ma: MatchArrays,
@@ -594,11 +596,13 @@ def _interpret(query: CheckedQuery, data: SortedInput, ma: MatchArrays, rows: Ou
 
 def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray,
                  measures: dict, columns: dict,
-                 partition_of: Optional[np.ndarray] = None, spans=None) -> pa.Table:
+                 partition_of: Optional[np.ndarray] = None, spans=None,
+                 per_partition: Optional[np.ndarray] = None) -> pa.Table:
     """Input columns gathered from the sorted table at ``source_rows``, then
     the measures (analysis guarantees measure names never clash with input
     columns). ``partition_of`` (each output row's partition): a
-    partition column is then read once per partition and repeated.
+    partition column is then read once per partition and repeated
+    (``per_partition``: its output rows per partition, where known).
     ``spans``: see :func:`_gather_sets`."""
     arrays = []
     take = None
@@ -610,7 +614,8 @@ def _build_table(query: CheckedQuery, data: SortedInput, source_rows: np.ndarray
             arrays.append(measures[field.name])
             continue
         if partition_of is not None and field.name in partition_columns:
-            arr = _partition_values(data, field.name, partition_of, spans is not None)
+            arr = _partition_values(data, field.name, partition_of, spans is not None,
+                                    per_partition)
             if arr is not None:
                 if pa.types.is_dictionary(field.type) and not pa.types.is_dictionary(arr.type):
                     # decoded by _take_sorted; Arrow casts strings back, not numbers
@@ -655,10 +660,11 @@ def _ascending_spans(rows: np.ndarray, src: _FixedChunks):
 
 
 def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray,
-                      ordered: bool = False):
+                      ordered: bool = False, per_partition: Optional[np.ndarray] = None):
     """A partition column at output rows of known partitions: its value at
     each partition's first row, repeated (``ordered``: ``partition_of`` is
-    ascending, the rows come as one run per partition). None for floats
+    ascending, the rows come as one run per partition, ``per_partition``
+    of them in each where the engine counted them). None for floats
     (``-0.0`` and ``0.0`` share a partition but print differently) and other
     types whose equal keys need not be identical values."""
     col = data.table.column(name)
@@ -670,7 +676,9 @@ def _partition_values(data: SortedInput, name: str, partition_of: np.ndarray,
     small = _take_sorted(col, data.partition_offsets[:-1])
     if ordered and not small.null_count:
         # output rows in partition order: runs, one per partition
-        counts = _run_lengths(partition_of, len(small))
+        counts = per_partition
+        if counts is None or counts.shape[0] != len(small):
+            counts = _run_lengths(partition_of, len(small))
         got = _fill_runs(small, counts)
         if got is not None:
             return got

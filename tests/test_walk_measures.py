@@ -100,6 +100,8 @@ def check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled, pla
     seen: dict = {}
     numbers = [seen.setdefault(p, []).append(1) or len(seen[p]) for p in parts.tolist()]
     assert walked["numbers"].tolist() == numbers
+    assert walked["per_partition"].tolist() == np.bincount(
+        parts, minlength=len(offsets) - 1).tolist()
     nonempty = ends > starts
     assert walked["any_empty"] == (not nonempty.all())
     for j, (c, at_end) in enumerate([(0, False), (1, True), (1, False)]):

@@ -410,11 +410,13 @@ def _walked(request: tuple, got: dict) -> dict:
     row for it) per match; none for a MIN/MAX that met a NaN (Python's
     answer then depends on the order); ``("landing", variable ids, "FIRST"
     or "LAST")`` -> row per match, -1 none; ``("lengths",)`` -> rows per
-    match; ``("any empty",)`` -> whether a match has no row."""
+    match; ``("any empty",)`` -> whether a match has no row; ``("per
+    partition",)`` -> the matches of each partition."""
     _, _, edges, extremes, landings = request
     out = {("edge",) + key: got["edges"][j] for j, key in enumerate(edges)}
     out[("lengths",)] = got["lengths"]
     out[("any empty",)] = got["any_empty"]
+    out[("per partition",)] = got["per_partition"]
     out.update({("landing",) + key: got["landings"][j] for j, key in enumerate(landings)})
     for j, key in enumerate(extremes):
         if not got["ext_nan"][j]:
