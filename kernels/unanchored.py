@@ -891,6 +891,16 @@ def compact_slots(s0, s1, i0, seg_lo, seg_part, seg_number, counts, drops, fix_f
     numpy's repeat / arange / gather over the matches."""
     i = i0
     for s in range(s0, s1):
+        if s + 2 < s1:
+            # each segment's slots are a stream of their own, which the
+            # CPU's prefetcher picks up only after a few misses: the lines of
+            # the segment two on asked for now (1e7 rows on one thread,
+            # 10,000 partitions: 1.82 -> 1.43 ms; 100,000: 4.2 -> 2.8)
+            nxt = seg_lo[s + 2] + drops[s + 2]
+            prefetch(out, nxt)
+            prefetch(out, nxt + 8)
+            prefetch(out, nxt + 16)
+            prefetch(out, nxt + 24)
         k, i = _unpack(fix_out, fix_first[s], fix_first[s] + n_fix[s], seg_part[s],
                        seg_number[s], i, ends, codes, partitions, numbers)
         k, i = _unpack(out, seg_lo[s] + drops[s], seg_lo[s] + counts[s], seg_part[s], k, i,
@@ -989,6 +999,8 @@ def scan_segments(s0, s1, classes, seg_lo, seg_hi, seg_first, seg_open, moves, s
                 sa, qa, ha, offa, na, ba, ka, fa, da = _lane(seg_order[nxt], seg_lo, seg_hi,
                                                              seg_first, fresh_first, fresh, none)
                 nxt += 1
+                if nxt < s1:
+                    _ask_segment(classes, row_keys, out, seg_lo[seg_order[nxt]])
                 continue
             qa, offa, na, qb, offb, nb, qc, offc, nc, qd, offd, nd = _lean_quad(
                 classes, qa, offa, na, seg_lo[sa], qb, offb, nb, seg_lo[sb], qc, offc, nc,
@@ -1049,6 +1061,20 @@ def _lane_stop(q, h, off, n, b, k, f, d, open_end, moves, shift, end_accept, end
         return _stop(q, h, off, n, b, k, open_end, moves, shift, end_accept, end_code,
                      start_other, row_keys, out, out_base)
     return q, off, f, n, d, b, k
+
+
+@uncounted
+def _ask_segment(classes, row_keys, out, lo):
+    """Prefetch the first rows of the segment from row ``lo`` that a lane
+    takes next: its classes, row keys and first slot begin streams of their
+    own, which waited on memory at each lane's change (1e7 rows on one
+    thread, 10,000 partitions: 11.2 -> 10.65 ms; 100,000: 19.8 -> 17.0;
+    100 unchanged)."""
+    for k in range(4):
+        prefetch(classes, lo + 64 * k)
+    prefetch(row_keys, lo)
+    prefetch(row_keys, lo + 32)
+    prefetch(out, lo)
 
 
 @uncounted
