@@ -1364,11 +1364,11 @@ def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool,
     # matches per partition, from the segments' counts (the output's
     # partition keys repeat by them: a count over the matches' partitions,
     # or a search per partition, took 1 ms for 10,000 partitions)
-    n_part = offsets.shape[0] - 1 if offsets.shape[0] else 0
-    if n_seg == n_part and not chains.shape[1] and not stream:
+    if not chains.shape[1]:
         per_partition = kept                # every segment a whole partition, in order
     else:
-        per_partition = np.bincount(seg_part, weights=kept, minlength=n_part).astype(np.int64)
+        per_partition = np.bincount(seg_part, weights=kept,
+                                    minlength=offsets.shape[0] - 1).astype(np.int64)
     return ends, codes, partitions, numbers, row_keys, resume, kernels, per_partition
 
 

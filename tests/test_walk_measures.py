@@ -148,8 +148,17 @@ def test_walk_gives_what_the_labels_give(pattern, data, compiled):
                                   max_size=U.WALK_EXTREMES))
     landings = data.draw(st.lists(st.tuples(st.integers(0, 7), st.booleans()),
                                   max_size=U.WALK_LANDINGS))
-    check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled,
-          landings=landings)
+    # now and then the partitions in speculative chunks of a few rows
+    from gpu_mr.kernels import scan as S
+    saved = S.CHUNKED_MIN_ROWS, S.CHUNK_MIN_ROWS, S.CHUNK_THREADS
+    if data.draw(st.booleans()):
+        S.CHUNKED_MIN_ROWS, S.CHUNK_MIN_ROWS, S.CHUNK_THREADS = 1, data.draw(
+            st.integers(1, 6)), 64
+    try:
+        check(pattern, bits, cuts, chunk_cuts, floats, ints, extremes, compiled,
+              landings=landings)
+    finally:
+        S.CHUNKED_MIN_ROWS, S.CHUNK_MIN_ROWS, S.CHUNK_THREADS = saved
 
 
 @pytest.mark.parametrize("min_work", [None, 1000])
