@@ -18,7 +18,11 @@ row of ``X`` holds one.
 Why: the walk computing ONE ROW measures compares every counted row's key
 for a MIN/MAX; the row alone is a bit test and one load per match
 (kernels/unanchored.py ``EXT_AT_LAST``): ``MIN(DOWN.price)`` in V-shape
-queries, ``MIN(B.price)``/``MAX(C.price)`` in W-shapes.
+queries, ``MIN(B.price)``/``MAX(C.price)`` in W-shapes. Past the walk's two
+extremes, and in ALL ROWS, such a MIN/MAX is computed as the FIRST/LAST it
+equals (:func:`as_navigation`): one row per match where the segmented
+kernels passed over the variable's rows (``w_shape``'s ``MIN(D.price)``,
+423,000 matches: 4.8 -> 0.04 ms, the value then gathered with the others).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .syntax import ast as A
+from .syntax.types import BIGINT as _BIGINT
 
 _FALLS = {"<": (True, True), "<=": (True, False), ">": (False, True), ">=": (False, False)}
 # ``PREV(c) op c`` read as ``c op' PREV(c)``
@@ -113,3 +118,22 @@ def _is_prev(e: A.Expr, var: str, column: str) -> bool:
                              and not isinstance(offset.value, bool))
     return one and _is_current(e.arg, var, column)
 
+
+
+def as_navigation(query, e: A.Expr) -> Optional[A.Navigation]:
+    """``MIN(X.c)`` / ``MAX(X.c)`` as the ``FIRST(X.c)`` or ``LAST(X.c)`` it
+    equals (RUNNING or FINAL alike, as written), where :func:`extreme_at`
+    decides its row; else None. The engines then find one row per match
+    (the walk's FIRST/LAST of a variable) instead of reducing over the
+    variable's rows."""
+    if not (isinstance(e, A.Aggregate) and e.name in ("MIN", "MAX") and not e.star
+            and not e.distinct and not e.over_order and len(e.args) == 1
+            and isinstance(e.args[0], A.ColumnRef) and e.var in query.primary_vars):
+        return None
+    ref = e.args[0]
+    at = extreme_at(query, e.var, ref.resolved, e.name == "MAX")
+    if at is None:
+        return None
+    zero = A.Literal(value=0, literal_type="bigint", type=_BIGINT)
+    return A.Navigation(kind=at, arg=ref, offset=zero, semantics=e.semantics, type=e.type,
+                        pos=e.pos)

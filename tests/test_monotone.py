@@ -195,3 +195,29 @@ def test_explain_names_the_decided_extremes():
     assert "MAX(UP.qty) at" not in text
     text = gpu_mr.compile(clause, schema=SCHEMA).explain()     # qty: BIGINT
     assert "MAX(DOWN.price) at DOWN's first row, MAX(UP.qty) at UP's last row" in text
+
+
+def test_extremes_past_the_walks_slots_are_its_first_or_last_rows():
+    # W-shape: MIN(B), MAX(C) take the walk's two extremes; MIN(D) and
+    # MAX(E) are then the walk's LAST(D) and LAST(E) rows (no labels, no
+    # pass over the rows), and MIN(E) its FIRST(E)
+    rng = np.random.default_rng(7)
+    n = 5_000
+    table = pa.table({"sym": rng.integers(0, 3, n).astype(str), "ts": np.arange(n),
+                      "price": np.round(np.cumsum(rng.normal(size=n)), 1)})
+    clause = """PARTITION BY sym ORDER BY ts
+        MEASURES MIN(B.price) AS b, MAX(C.price) AS c, MIN(D.price) AS d,
+                 MAX(E.price) AS e_hi, MIN(E.price) AS e_lo, COUNT(*) AS n
+        PATTERN (S B+ C+ D+ E+)
+        DEFINE B AS price < PREV(price), C AS price > PREV(price),
+               D AS price < PREV(price), E AS price > PREV(price)"""
+    query = analyze(parse_clause(clause), table.schema)
+    data = sort_for_matching(table, query.partition_columns, query.order_keys)
+    request = measures.walk_request(query, data)
+    assert request is not None                      # every measure without labels
+    ids = {v: (i,) for i, v in enumerate(query.primary_vars)}
+    assert {(ids["D"], "LAST"), (ids["E"], "FIRST")} <= set(request[4])
+    assert (ids["D"], "FIRST") not in request[4]    # D's range is never needed
+    want = gpu_mr.match_recognize(table, clause, engine="reference")
+    assert want.num_rows > 50
+    assert gpu_mr.match_recognize(table, clause, engine="cpu").equals(want)
