@@ -17,6 +17,8 @@ bytes).
 
 from __future__ import annotations
 
+import platform
+
 
 def prefetch(array, index) -> None:
     """Bring ``array[index]``'s cache line in (compiled); nothing here."""
@@ -29,9 +31,27 @@ def prefetch_range(array, lo, hi) -> None:
         prefetch(array, k)
 
 
+def stream_store(array, index, value) -> None:
+    """``array[index] = value``, compiled as a non-temporal store: the line
+    is written to memory without being read into the caches first. For
+    outputs written once, in order, and read much later; a kernel that
+    uses it ends with :func:`store_fence`."""
+    array[index] = value
+
+
+def store_fence() -> None:
+    """Make the :func:`stream_store` stores before it visible to every
+    thread before any store after it (compiled: ``sfence`` on x86, which
+    orders non-temporal stores only at such a fence; a sequentially
+    consistent fence elsewhere)."""
+    return None
+
+
 # The cache line of the x86 and ARM server cores these kernels run on.
 LINE_BYTES = 64
 
+
+_X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
 
 try:
     from llvmlite import ir
@@ -58,6 +78,48 @@ try:
                               ir.Constant(i32, 1)])
             return context.get_dummy_value()
         return sig, codegen
+
+    @intrinsic
+    def _llvm_stream_store(typingctx, array, index, value):
+        if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+            return None
+        sig = types.void(array, index, value)
+
+        def codegen(context, builder, signature, args):
+            array_type = signature.args[0]
+            view = context.make_array(array_type)(context, builder, args[0])
+            pointer = cgutils.get_item_pointer(context, builder, array_type, view, [args[1]],
+                                               wraparound=False, boundscheck=False)
+            item = context.cast(builder, args[2], signature.args[2], array_type.dtype)
+            store = builder.store(item, pointer)
+            store.set_metadata("nontemporal", builder.module.add_metadata(
+                [ir.Constant(ir.IntType(32), 1)]))
+            return context.get_dummy_value()
+        return sig, codegen
+
+    @overload(stream_store, target="cpu")
+    def _stream_store_typed(array, index, value):
+        return lambda array, index, value: _llvm_stream_store(array, index, value)
+
+    @intrinsic
+    def _llvm_fence(typingctx):
+        sig = types.void()
+
+        def codegen(context, builder, signature, args):
+            if _X86:
+                # sfence: LLVM lowers a seq_cst fence to a locked add there,
+                # which the manuals do not promise orders these stores
+                fn = cgutils.get_or_insert_function(
+                    builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.x86.sse.sfence")
+                builder.call(fn, [])
+            else:
+                builder.fence("seq_cst")
+            return context.get_dummy_value()
+        return sig, codegen
+
+    @overload(store_fence, target="cpu")
+    def _store_fence_typed():
+        return lambda: _llvm_fence()
 
     @overload(prefetch, target="cpu")
     def _prefetch_typed(array, index):

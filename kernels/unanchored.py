@@ -62,7 +62,7 @@ from . import buffers as B
 from . import scan as S
 from .jitable import uncounted
 from .lanes import LANES, highest_lane, lane_members, lane_min, lane_steps, lowest_lane
-from .prefetch import prefetch
+from .prefetch import prefetch, store_fence, stream_store
 from .scan import register_jitable
 from .threads import run_all, run_pieces, split, thread_count
 
@@ -809,51 +809,56 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
                 if (step >> 33) & 1:
                     break
                 t = _next_thread(step, t, starts, ui)
-        starts[ui] = np.int64(q)
-        lengths[ui] = end - np.int64(q)
+        # the per-match outputs are written once and read only when the
+        # output table is built: streamed past the caches, no line read in
+        # before it is written (1e7 rows, 100 partitions, two threads: the
+        # walk 7.05-7.33 -> 6.76-7.05 ms); fenced at the end
+        stream_store(starts, ui, np.int64(q))
+        stream_store(lengths, ui, end - np.int64(q))
         ends[ui] = end - 1              # the last row, as MatchArrays hold it (no pass after)
         if n_land > 0:
-            land_out0[ui] = l0
+            stream_store(land_out0, ui, l0)
             if n_land > 1:
-                land_out1[ui] = l1
+                stream_store(land_out1, ui, l1)
                 if n_land > 2:
-                    land_out2[ui] = l2
+                    stream_store(land_out2, ui, l2)
                     if n_land > 3:
-                        land_out3[ui] = l3
+                        stream_store(land_out3, ui, l3)
         empty |= c == 1
         if n_edge > 0 and c == 1:       # an empty match: no row (the caller makes it NULL)
-            edge_out0[ui] = 0
+            stream_store(edge_out0, ui, 0)
             if n_edge > 1:
-                edge_out1[ui] = 0
+                stream_store(edge_out1, ui, 0)
             if n_edge > 2:
-                edge_out2[ui] = 0
+                stream_store(edge_out2, ui, 0)
             if n_edge > 3:
-                edge_out3[ui] = 0
+                stream_store(edge_out3, ui, 0)
         elif n_edge > 0:
             first_row = q - ulo
             last_row = np.uint64(end - 1) - ulo
-            edge_out0[ui] = edges0[last_row if at_end[0] else first_row]
+            stream_store(edge_out0, ui, edges0[last_row if at_end[0] else first_row])
             if n_edge > 1:
-                edge_out1[ui] = edges1[last_row if at_end[1] else first_row]
+                stream_store(edge_out1, ui, edges1[last_row if at_end[1] else first_row])
             if n_edge > 2:
-                edge_out2[ui] = edges2[last_row if at_end[2] else first_row]
+                stream_store(edge_out2, ui, edges2[last_row if at_end[2] else first_row])
             if n_edge > 3:
-                edge_out3[ui] = edges3[last_row if at_end[3] else first_row]
+                stream_store(edge_out3, ui, edges3[last_row if at_end[3] else first_row])
         # every counted key is the start value (or none counts): the first
         # of equal keys is the earliest counted row (-1: none); the value is
         # read at the row (min() of -0.0 and 0.0 may give either)
         if n_ext > 0:
             b0 = f0 if v0 == none0 else b0
-            ext_row0[ui] = b0
+            stream_store(ext_row0, ui, b0)
             gap0 |= b0 < 0
             if b0 >= 0:
-                ext_val0[ui] = keys0[np.uint64(b0) - ulo]
+                stream_store(ext_val0, ui, keys0[np.uint64(b0) - ulo])
             if n_ext > 1:
                 b1 = f1 if v1 == none1 else b1
-                ext_row1[ui] = b1
+                stream_store(ext_row1, ui, b1)
                 gap1 |= b1 < 0
                 if b1 >= 0:
-                    ext_val1[ui] = keys1[np.uint64(b1) - ulo]
+                    stream_store(ext_val1, ui, keys1[np.uint64(b1) - ulo])
+    store_fence()                       # the outputs' streamed stores seen by all
     flags[0] |= nan0
     flags[1] |= nan1
     flags[WALK_EXTREMES] |= gap0
@@ -905,6 +910,7 @@ def compact_slots(s0, s1, i0, seg_lo, seg_part, seg_number, counts, drops, fix_f
                        seg_number[s], i, ends, codes, partitions, numbers)
         k, i = _unpack(out, seg_lo[s] + drops[s], seg_lo[s] + counts[s], seg_part[s], k, i,
                        ends, codes, partitions, numbers)
+    store_fence()
 
 
 @register_jitable
@@ -915,11 +921,13 @@ def _unpack(words, first, last, p, k, i, ends, codes, partitions, numbers):
     for j in range(first, last):
         found = words[np.uint64(j)]
         ui = np.uint64(i)
-        ends[ui] = found >> 8
-        codes[ui] = found & 0xFF
-        partitions[ui] = p
+        # streamed past the caches (:func:`walk_measures`; two threads:
+        # 0.90-0.99 -> 0.65-0.84 ms), fenced at the end of the driver
+        stream_store(ends, ui, found >> 8)
+        stream_store(codes, ui, found & 0xFF)
+        stream_store(partitions, ui, p)
         k += 1
-        numbers[ui] = k
+        stream_store(numbers, ui, k)
         i += 1
     return k, i
 

@@ -1,9 +1,12 @@
-"""kernels/prefetch.py: a hint that changes no result and never faults."""
+"""kernels/prefetch.py: a hint that changes no result and never faults, and
+stores that bypass the caches but write what plain ones do."""
+
+import platform
 
 import numpy as np
 import pytest
 
-from gpu_mr.kernels.prefetch import prefetch, prefetch_range
+from gpu_mr.kernels.prefetch import prefetch, prefetch_range, store_fence, stream_store
 
 numba = pytest.importorskip("numba")
 
@@ -66,3 +69,25 @@ def test_device_copies_of_the_segmented_bodies_prefetch_nothing():
     for device_fn in (gm._count, gm._sum_int, gm._sum_float, gm._extreme):
         body = getattr(device_fn, "py_func", None) or device_fn.fn
         assert body.__globals__["prefetch"] is gm._no_prefetch
+
+
+@numba.njit
+def _streamed(values, out, shift):
+    """``out[i] = values[i] + shift`` by non-temporal stores, fenced."""
+    for i in range(values.shape[0]):
+        stream_store(out, np.uint64(i), values[i] + shift)
+    store_fence()
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint64, np.float64])
+def test_streamed_stores_write_what_plain_ones_do(dtype):
+    values = np.arange(1, 5000).astype(dtype)
+    for fn in (_streamed, _streamed.py_func):
+        out = np.zeros_like(values)
+        fn(values, out, dtype(3))
+        assert (out == values + dtype(3)).all()
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        # the option is in force: non-temporal stores and their fence
+        asm = _streamed.inspect_asm(_streamed.signatures[-1])
+        assert "movnt" in asm
+        assert "sfence" in asm
