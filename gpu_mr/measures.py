@@ -435,6 +435,17 @@ def walk_decided_extremes(query: CheckedQuery) -> list:
             var = A.quote_ident(query.primary_vars[member[0]])
             out.append(f"{'MAX' if want_max else 'MIN'}({var}.{column}) at "
                        f"{var}'s {'first' if at == EXT_AT_FIRST else 'last'} row")
+    # past the walk's extremes: the FIRST/LAST row it finds, the value gathered
+    ids = {name: i for i, name in enumerate(query.primary_vars)}
+    for m in query.measures:
+        for e in m.expr.walk():
+            nav = monotone.as_navigation(query, e)
+            if nav is None or (nav.arg.resolved, e.name == "MAX", (ids[e.var],)) in plan[1]:
+                continue
+            var = A.quote_ident(e.var)
+            text = f"{e.name}({var}.{nav.arg.resolved}) at {var}'s {nav.kind.lower()} row"
+            if text not in out:
+                out.append(text)
     return out
 
 

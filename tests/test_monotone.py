@@ -218,6 +218,7 @@ def test_extremes_past_the_walks_slots_are_its_first_or_last_rows():
     ids = {v: (i,) for i, v in enumerate(query.primary_vars)}
     assert {(ids["D"], "LAST"), (ids["E"], "FIRST")} <= set(request[4])
     assert (ids["D"], "FIRST") not in request[4]    # D's range is never needed
+    assert "MIN(D.price) at D's last row" in gpu_mr.compile(clause, table.schema).explain()
     want = gpu_mr.match_recognize(table, clause, engine="reference")
     assert want.num_rows > 50
     assert gpu_mr.match_recognize(table, clause, engine="cpu").equals(want)
