@@ -629,6 +629,22 @@ def _landing_lanes(variables, member_bits, first, inside, base):
     return base + at if lanes != 0 else np.int64(-1)
 
 
+@uncounted
+def _lane_extreme(keys, variables, member_bits, at, inside, base, lo, orient, none):
+    """One extreme over a block's rows ``inside`` (:func:`walk_measures`):
+    ``(least key toward a MIN, its earliest row or -1, a counted key is
+    NaN)``; where ``at`` names the row (``EXT_AT_LAST``/``EXT_AT_FIRST``), that
+    row of the rows that count, no key compared (the value left as
+    ``none``)."""
+    if at != EXT_COMPARED:
+        return none, _landing_lanes(variables, member_bits, at == EXT_AT_FIRST, inside,
+                                    base), False
+    counted = lane_members(variables, member_bits) & inside
+    least, ties, nan = lane_min(keys, base - lo, counted, orient, none)
+    return least, (base + lowest_lane(ties | 1 << LANES) if ties != 0
+                   else np.int64(-1)), nan
+
+
 @register_jitable
 def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, starts, lengths,
                   lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0, edge_out1,
@@ -750,27 +766,15 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
                 q = np.uint64(base + first_lane)
                 inside = ((1 << LANES) - 1) >> first_lane << first_lane
                 if n_ext > 0:
-                    if at0 != EXT_COMPARED:     # the row alone (see below)
-                        f0 = _landing_lanes(variables, bits0, at0 == EXT_AT_FIRST, inside,
-                                            base)
-                    else:
-                        counted = lane_members(variables, bits0) & inside
-                        v0, ties, nan = lane_min(keys0, base - lo, counted, orient0, none0)
-                        nan0 |= nan
-                        b0 = (base + lowest_lane(ties | 1 << LANES) if ties != 0
-                              else np.int64(-1))
-                        f0 = b0                 # the extreme's row stands (see below)
+                    v0, b0, nan = _lane_extreme(keys0, variables, bits0, at0, inside, base,
+                                                lo, orient0, none0)
+                    nan0 |= nan
+                    f0 = b0                     # the extreme's row stands (see below)
                 if n_ext > 1:
-                    if at1 != EXT_COMPARED:
-                        f1 = _landing_lanes(variables, bits1, at1 == EXT_AT_FIRST, inside,
-                                            base)
-                    else:
-                        counted = lane_members(variables, bits1) & inside
-                        v1, ties, nan = lane_min(keys1, base - lo, counted, orient1, none1)
-                        nan1 |= nan
-                        b1 = (base + lowest_lane(ties | 1 << LANES) if ties != 0
-                              else np.int64(-1))
-                        f1 = b1
+                    v1, b1, nan = _lane_extreme(keys1, variables, bits1, at1, inside, base,
+                                                lo, orient1, none1)
+                    nan1 |= nan
+                    f1 = b1
                 if n_land > 0:
                     l0 = _landing_lanes(variables, land_bits0, land_first0, inside, base)
                     if n_land > 1:
