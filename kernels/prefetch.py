@@ -1,4 +1,5 @@
-"""A software prefetch for the compiled CPU kernels.
+"""Memory hints for the compiled CPU kernels: a software prefetch, and
+stores that bypass the caches.
 
 What: ``prefetch(array, index)`` asks the CPU to bring ``array[index]``'s
 cache line in (LLVM's ``llvm.prefetch``: a read, kept in every level); it
@@ -13,6 +14,12 @@ those waits (kernels/unanchored.py ``walk_measures``). And a loop that
 reads two arrays in short bursts by turns can leave the hardware's own
 prefetcher behind (kernels/frames_kernels.py: a block's offsets, then its
 bytes).
+``stream_store(array, index, value)`` writes ``array[index]`` with a
+non-temporal store and ``store_fence()`` orders such stores before any
+after it; plain stores in plain Python.
+Why: an output written once, in order, and read only much later (the walk's
+per-match values) need not be read into the caches first, as a plain store
+does with each line it writes: half the memory traffic of those arrays.
 """
 
 from __future__ import annotations
