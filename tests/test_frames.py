@@ -789,3 +789,33 @@ def test_a_string_view_partition_key_gives_the_plain_strings_results(engine):
                                   clause, engine=engine)
     assert got.equals(want) and got.num_rows == 2     # partitions a and b
     assert "string" in gpu_mr.compile(clause, schema=t.schema).explain()
+
+
+@pytest.mark.parametrize("many", ["strings", "numbers"])
+def test_misaligned_chunks_cut_as_views_equal_arrow_slices(many, monkeypatch):
+    """frames._pieces_aligned: the key held in one chunk is cut as views of
+    its one piece at the other key's chunk borders; the pieces equal those
+    of Arrow slices read back (values, string bytes, NULLs), either way."""
+    monkeypatch.setattr(frames, "CHUNK_MIN_ROWS", 1)
+    rng = np.random.default_rng(3)
+    n = 200
+    words = pa.array([None if k % 17 == 0 else f"w{k % 7}" * (k % 3) for k in range(n)])
+    numbers = pa.array([None if k % 13 == 0 else int(x) for k, x in
+                        enumerate(rng.integers(-5, 5, n))], pa.int64())
+    cuts = [0, 7, 8, 60, 133, n]
+    split = lambda arr: pa.chunked_array([arr.slice(a, b - a) for a, b in zip(cuts, cuts[1:])])
+    a, b = ((split(words), pa.chunked_array([numbers])) if many == "strings"
+            else (pa.chunked_array([words]), split(numbers)))
+    got = frames._pieces_aligned(a, b)
+    want = (frames._pieces(split(words)), frames._pieces(split(numbers)))
+    for got_key, want_key in zip(got, want):
+        assert len(got_key) == len(want_key) == len(cuts) - 1
+        for g, w in zip(got_key, want_key):
+            ones = [1] * len(w)                     # None: no NULL
+            assert (ones if g.valid is None else g.valid.tolist()) == (
+                ones if w.valid is None else w.valid.tolist())
+            if w.values is not None:
+                assert g.values.tolist() == w.values.tolist()
+            else:
+                assert [bytes(g.data[g.offsets[i]:g.offsets[i + 1]]) for i in range(len(g))] \
+                    == [bytes(w.data[w.offsets[i]:w.offsets[i + 1]]) for i in range(len(w))]
