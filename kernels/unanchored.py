@@ -650,8 +650,7 @@ def walk_measures(first, last, ends, codes, row_keys, lineage, thread_shift, sta
                   lo, n_edge, edges0, edges1, edges2, edges3, at_end, edge_out0, edge_out1,
                   edge_out2, edge_out3, n_ext, keys0, member0, orient0, none0, at0, keys1,
                   member1, orient1, none1, at1, ext_row0, ext_row1, ext_val0, ext_val1, flags,
-                  n_land,
-                  land_member0, land_first0, land_member1, land_first1, land_member2,
+                  n_land, land_member0, land_first0, land_member1, land_first1, land_member2,
                   land_first2, land_member3, land_first3, land_out0, land_out1, land_out2,
                   land_out3):
     """:func:`walk_matches` for ONE ROW PER MATCH measures, labels not
@@ -1293,11 +1292,10 @@ def _scan(classes: np.ndarray, offsets: np.ndarray, tables, compiled: bool,
           stream: tuple = ()) -> tuple:
     """The scan and the compacted matches: ``(ends, codes, partitions,
     numbers, row keys, resume, kernels, matches per partition)``; compiled,
-    on the thread pool
-    in ranges of segments of about equal rows: whole partitions, or when
-    one is wider than a thread's share of the rows, speculative chunks of
-    the long ones, each then repaired from where the one before it left
-    (:func:`repair_chunk`). ``stream``: ``(scan_from, continues, open_end,
+    on the thread pool in ranges of segments of about equal rows: whole
+    partitions, or when one is wider than a thread's share of the rows,
+    speculative chunks of the long ones, each then repaired from where the
+    one before it left (:func:`repair_chunk`). ``stream``: ``(scan_from, continues, open_end,
     end_margin)`` of a batch of a stream (``kernels.scan.run_scan``'s), whole
     partitions only; ``resume``: the row the next batch resumes the last
     partition at (where its search under way began, when one is), else the
@@ -1451,8 +1449,8 @@ def run_unanchored(classes: np.ndarray, offsets: np.ndarray, tables,
     :class:`gpu_mr.pattern.dfa.UnanchoredTables`; ``compiled=False`` runs
     the plain Python bodies."""
     offsets = np.asarray(offsets, dtype=np.int64)
-    ends, codes, partitions, _, row_keys, resume, kernels, _ = _scan(classes, offsets, tables,
-                                                                  compiled, stream)
+    ends, codes, partitions, _, row_keys, resume, kernels, _ = _scan(
+        classes, offsets, tables, compiled, stream)
     starts = B.empty(ends.shape[0], np.int64)
     paths = _labels(ends, codes, row_keys, tables, starts, kernels, compiled)
     return (starts, ends, partitions, _errors(offsets, resume)) + paths
