@@ -224,15 +224,15 @@ def _pandas_to_arrow(df) -> pa.Table:
             code="bad_column_name")
     _check_unique_names(names)
     try:
-        direct = [_numpy_column(df.iloc[:, i]) for i in range(len(names))]
-        rest = [i for i, arr in enumerate(direct) if arr is None]
-        if len(rest) == len(names):
-            return pa.Table.from_pandas(df, preserve_index=False)
-        converted = (pa.Table.from_pandas(df.iloc[:, rest], preserve_index=False)
-                     if rest else None)
-        place = {i: k for k, i in enumerate(rest)}
-        return pa.table([arr if arr is not None else converted.column(place[i])
-                         for i, arr in enumerate(direct)], names=names)
+        # column by column: what ``from_pandas`` does per column, without its
+        # frame-wide work (a sub-frame of the other columns, their index and
+        # metadata, a thread pool), 0.7 ms a call
+        columns = []
+        for i in range(len(names)):
+            series = df.iloc[:, i]
+            arr = _numpy_column(series)
+            columns.append(arr if arr is not None else pa.array(series, from_pandas=True))
+        return pa.table(columns, names=names)
     except (pa.ArrowException, ValueError, TypeError) as exc:
         # Find the column at fault (one conversion per column, not per row).
         for i, name in enumerate(names):

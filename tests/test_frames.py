@@ -567,8 +567,33 @@ def _frames_of_every_numpy_kind():
                                     times.astype("timedelta64[us]"))),
         "tz": pd.Series(times.astype("datetime64[ns]")).dt.tz_localize("UTC"),
     })
+    # every other kind a frame holds, converted a column at a time
+    yield pd.DataFrame({
+        **{f"{k}{w}": rng.integers(0, 100, n).astype(f"{k}{w}")
+           for k in ("int", "uint") for w in (8, 16, 32, 64)},
+        "bool": rng.random(n) < 0.5,
+        "Int8": pd.array(np.where(rng.random(n) < 0.2, None, 3), "Int8"),
+        "UInt64": pd.array(np.where(rng.random(n) < 0.2, None, 2**63), "UInt64"),
+        "boolean": pd.array(np.where(rng.random(n) < 0.2, None, True), "boolean"),
+        "str_arrow": pd.array(rng.choice(["x", "yy", None], n), pd.StringDtype("pyarrow")),
+        "str_python": pd.array(rng.choice(["x", "é", None], n), pd.StringDtype("python")),
+        "arrow_int": pd.array(np.where(rng.random(n) < 0.2, None, 1), pd.ArrowDtype(pa.int32())),
+        "arrow_str": pd.array(rng.choice(["p", None], n), pd.ArrowDtype(pa.string())),
+        "category": pd.Categorical(rng.choice(["lo", "hi", None], n)),
+        "ordered": pd.Categorical(rng.choice([3, 1, 2], n), ordered=True),
+        "decimal": [Decimal("1.25") if i % 3 else None for i in range(n)],
+        "date": [dt.date(2020, 1, 1 + i % 28) if i % 5 else None for i in range(n)],
+        "lists": [[i, None] if i % 4 else None for i in range(n)],
+        "objects_none": np.array([None] * n, dtype=object),
+        "objects_nan": np.array([1.5, np.nan] * (n // 2), dtype=object),   # NaN: NULL
+        "tz_other": pd.Series(times.astype("datetime64[ms]")).dt.tz_localize("Asia/Tokyo"),
+    })
     # columns of a 2-D block: strided views, not contiguous arrays
     yield pd.DataFrame(grid, columns=["x", "y"])
+    yield pd.DataFrame(rng.integers(0, 9, size=(n, 3)), columns=["a", "b", "c"])
+    yield pd.DataFrame({"s": pd.Series(["a", "b"] * 5, dtype="str").iloc[::2].reset_index(
+        drop=True), "i": np.arange(5)})                   # a sliced Arrow-backed column
+    yield pd.DataFrame({"i": np.arange(5)}, index=pd.Index([9, 8, 7, 6, 5], name="k"))
     yield pd.DataFrame({"f": np.array([], np.float64), "t": np.array([], "datetime64[ns]")})
     yield pd.DataFrame({"f": [np.nan]})
 
