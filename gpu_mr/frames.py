@@ -313,6 +313,14 @@ def _pandas_column(col: pa.ChunkedArray):
 
 def _arrow_to_pandas(result: pa.Table):
     import pandas as pd
+    names = result.column_names
+    if len(set(names)) < len(names):
+        # to_pandas gives every column of a repeated name the string dtype
+        # when one of them is a string (1 became "1"): convert under unique
+        # names, then put the real ones back
+        df = _arrow_to_pandas(result.rename_columns([str(i) for i in range(len(names))]))
+        df.columns = names
+        return df
     df = result.to_pandas(ignore_metadata=True)
     for i in range(result.num_columns):
         replaced = _pandas_column(result.column(i))

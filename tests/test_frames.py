@@ -633,6 +633,20 @@ def test_pandas_conversion_equals_arrows(df):
             assert (np.signbit(va) == np.signbit(vb)).all(), name
 
 
+def test_from_arrow_repeated_names_keep_their_types():
+    # Arrow's to_pandas gives every column of a repeated name the string
+    # dtype when one of them is a string (1 became "1")
+    t = pa.Table.from_arrays([pa.array([1, 2]), pa.array([3.5, None]), pa.array(["a", "b"]),
+                              pa.array([dt.date(2020, 1, 1), None]), pa.array([7, None])],
+                             names=["x", "x", "x", "d", "d"])
+    got = from_arrow(t, "pandas")
+    assert list(got.columns) == ["x", "x", "x", "d", "d"]
+    assert [got.iloc[:, i].tolist()[:1] for i in range(5)] == [
+        [1], [3.5], ["a"], [dt.date(2020, 1, 1)], [7]]
+    assert list(got.dtypes[:3]) == [np.int64, np.float64, pd.Series(["a"]).dtype]
+    assert str(got.dtypes.iloc[4]) == "Int64"
+
+
 def test_from_arrow_lists_are_python_lists():
     t = pa.table({"l": pa.array([[1, 2], None, [3, None], []]),
                   "ls": pa.array([["a"], ["b", None], None, []], pa.large_list(pa.string()))})

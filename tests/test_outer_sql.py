@@ -476,3 +476,15 @@ def test_real_api_count_per_run():
                  "PATTERN (A+) DEFINE A AS v > 0) AS m ORDER BY n",
                  {"t": t.to_pandas()}, "reference")
     assert df["n"].tolist() == [1, 2, 3]
+
+
+def test_pandas_result_with_repeated_names_keeps_each_columns_type():
+    # a string and a count both named x: the count stayed a number (it came
+    # back as the string "3" from Arrow's conversion to pandas 3)
+    df = pd.DataFrame({"sym": ["a"] * 4, "ts": [1, 2, 3, 4], "price": [3.0, 2.0, 1.0, 2.0]})
+    got = gpu_mr.sql("SELECT sym AS x, n AS x FROM t MATCH_RECOGNIZE (PARTITION BY sym "
+                     "ORDER BY ts MEASURES COUNT(*) AS n ONE ROW PER MATCH PATTERN (A B+) "
+                     "DEFINE B AS price < PREV(price))", t=df, engine="cpu")
+    assert list(got.columns) == ["x", "x"]
+    assert got.iloc[0, 0] == "a" and got.iloc[0, 1] == 3
+    assert got.dtypes.iloc[1] == np.int64
