@@ -212,6 +212,41 @@ def _difference(ours: pd.DataFrame, theirs: pd.DataFrame) -> str:
     return text
 
 
+# The frame's columns the V-shape and the rebound read (partition key, order
+# key, the DEFINEs' column): no engine answers without reading each once.
+READ_COLUMNS = ("symbol", "ts", "price")
+
+
+def read_floor(frame: pd.DataFrame, columns=READ_COLUMNS, repeat: int = 15
+               ) -> tuple[int, float]:
+    """(bytes, seconds): the size of the Arrow buffers behind ``columns`` of
+    the frame (values, offsets, string bytes, validity) and the best time to
+    read every byte of them once on all cores (a sum per piece, numpy
+    releasing the GIL). An engine that answers from the frame reads at least
+    these bytes, so ``peer seconds / floor seconds`` bounds any speed-up
+    this machine can show against the peer on this data."""
+    import concurrent.futures
+    import numpy as np
+    import pyarrow as pa
+    words = []
+    for name in columns:
+        arr = pa.array(frame[name])
+        for chunk in (arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]):
+            for buf in chunk.buffers():
+                if buf is not None and buf.size >= 8:
+                    words.append(np.frombuffer(buf, np.uint64, count=buf.size // 8))
+    size = sum(w.nbytes for w in words)
+    step = 1 << 19
+    pieces = [(w, lo, min(lo + step, len(w))) for w in words for lo in range(0, len(w), step)]
+    best = float("inf")
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            list(pool.map(lambda p: p[0][p[1]:p[2]].sum(), pieces))
+            best = min(best, time.perf_counter() - t0)
+    return size, best
+
+
 def _load() -> list[float] | None:
     """The 1, 5 and 15 minute load averages (the machines are shared)."""
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
@@ -339,12 +374,18 @@ def main(argv=None) -> int:
                  f"{_load_text(load_after)} after"]
     else:
         ms_ties = None
+        floor_bytes, floor = read_floor(frame)
         lines = [f"{args.rows:,} ticks, {args.symbols} symbols, {title}, "
                  f"{len(ours):,} matches",
                  f"pandas-match-recognize: {peer['seconds']:.3f} s "
                  f"({args.rows / peer['seconds']:,.0f} rows/s)",
                  f"gpu_mr cpu:             {best:.3f} s ({args.rows / best:,.0f} rows/s)",
                  f"speed-up: {ratio:.0f}x; identical matches: {'yes' if identical else 'NO'}",
+                 f"floor: reading the {floor_bytes / 1e6:.0f} MB behind "
+                 f"{', '.join(READ_COLUMNS)} once on {os.cpu_count()} cores takes "
+                 f"{floor * 1e3:.1f} ms ({floor_bytes / floor / 1e9:.0f} GB/s); gpu_mr takes "
+                 f"{best / floor:.1f}x that; no engine reading them can be more than "
+                 f"{peer['seconds'] / floor:.0f}x the peer on this machine",
                  f"load average (1, 5, 15 min) {_load_text(load_before)} before, "
                  f"{_load_text(load_after)} after"]
     if not identical:
@@ -363,6 +404,9 @@ def main(argv=None) -> int:
                   "gpu_mr_cpu_seconds": best, "speedup": ratio,
                   "matches": len(ours), "peer_matches": len(peer_out),
                   "identical": identical, "repeat": args.repeat,
+                  **({} if flink else {"read_floor_bytes": floor_bytes,
+                                       "read_floor_seconds": floor,
+                                       "speedup_bound_by_read_floor": peer["seconds"] / floor}),
                   "load_average_1_5_15_min_before": load_before,
                   "load_average_1_5_15_min_after": load_after,
                   "summary": lines}
