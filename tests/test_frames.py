@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from gpu_mr.errors import DataError
+import gpu_mr
 from gpu_mr import frames
 from gpu_mr.frames import SortedInput, from_arrow, sort_for_matching, to_arrow
 
@@ -500,6 +501,17 @@ def test_to_arrow_rejects_bad_names():
     dup = pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["x", "x"])
     with pytest.raises(DataError, match="'x'"):
         to_arrow(dup)
+
+
+def test_pandas_frame_without_columns_keeps_its_rows():
+    # Arrow's from_pandas made 0 rows of them: a match over 5 rows was lost
+    df = pd.DataFrame(index=range(5))
+    got, kind = to_arrow(df)
+    assert (got.num_rows, got.num_columns, kind) == (5, 0, "pandas")
+    out = gpu_mr.match_recognize(df, "MEASURES COUNT(*) AS n ONE ROW PER MATCH "
+                                     "PATTERN (A+) DEFINE A AS TRUE", engine="cpu")
+    assert out["n"].tolist() == [5]
+    assert to_arrow(pd.DataFrame())[0].num_rows == 0
 
 
 def test_to_arrow_names_unconvertible_column():
