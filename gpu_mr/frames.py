@@ -242,7 +242,8 @@ def _pandas_to_arrow(df) -> pa.Table:
                 pa.array(df.iloc[:, i], from_pandas=True)
             except (pa.ArrowException, ValueError, TypeError) as col_exc:
                 raise DataError(
-                    f"cannot convert pandas column {name!r} to Arrow: {col_exc}",
+                    f"cannot convert pandas column {name!r} (dtype {df.dtypes.iloc[i]}) to "
+                    f"Arrow: {col_exc}",
                     column=name, code="unconvertible_column") from None
         raise DataError(f"cannot convert pandas DataFrame to Arrow: {exc}",
                         code="unconvertible_table") from None

@@ -519,6 +519,10 @@ def test_to_arrow_names_unconvertible_column():
     with pytest.raises(DataError) as ei:
         to_arrow(df)
     assert ei.value.column_name == "mixed"
+    # Arrow says "Unsupported numpy type 15"; the message names the dtype too
+    with pytest.raises(DataError, match=r"'z' \(dtype complex128\)") as ei:
+        to_arrow(pd.DataFrame({"ok": [1, 2], "z": np.array([1 + 2j, 3])}))
+    assert ei.value.column_name == "z"
 
 
 def test_pandas_round_trip_keeps_values():
