@@ -228,14 +228,14 @@ def read_floor(frame: pd.DataFrame, columns=READ_COLUMNS, repeat: int = 15
     import concurrent.futures
     import numpy as np
     import pyarrow as pa
-    words = []
+    words, size = [], 0
     for name in columns:
         arr = pa.array(frame[name])
         for chunk in (arr.chunks if isinstance(arr, pa.ChunkedArray) else [arr]):
             for buf in chunk.buffers():
-                if buf is not None and buf.size >= 8:
+                if buf is not None:         # read as words: a buffer's last < 8 bytes left
+                    size += buf.size
                     words.append(np.frombuffer(buf, np.uint64, count=buf.size // 8))
-    size = sum(w.nbytes for w in words)
     step = 1 << 19
     pieces = [(w, lo, min(lo + step, len(w))) for w in words for lo in range(0, len(w), step)]
     best = float("inf")

@@ -134,3 +134,22 @@ def test_gpu_bench_tiny_under_the_simulator(tmp_path):
                                        "recovery", "measures_device", "end_to_end", "from_host",
                                        "end_to_end_from_host", "to_host"}
     assert str(BENCH.parent) not in json.dumps(report)       # no machine paths
+
+
+def test_peers_read_floor_counts_every_buffer_of_the_columns(ticks_module):
+    # the bound printed beside the peer ratio: the bytes behind the columns
+    # the query reads, each read once (numpy columns as they are, strings'
+    # offsets and bytes, every chunk)
+    import pandas as pd
+    import peers
+    n = 10_000
+    strings = pa.chunked_array([pa.array(["ab", "c"] * 2_500, pa.large_string()),
+                                pa.array(["xyz"] * 5_000, pa.large_string())])
+    frame = pd.DataFrame({"symbol": pd.arrays.ArrowStringArray(strings),
+                          "ts": np.arange(n, dtype=np.int64), "price": np.ones(n),
+                          "volume": np.arange(n)})
+    size, seconds = peers.read_floor(frame, repeat=2)
+    text_bytes = 2_500 * 3 + 5_000 * 3
+    assert 2 * 8 * n + 8 * (n + 2) + text_bytes <= size < 2 * 8 * n + 8 * (n + 2) + text_bytes + 512
+    assert seconds > 0
+    assert peers.read_floor(frame, ["ts"], repeat=1)[0] == 8 * n
