@@ -339,7 +339,21 @@ def binary(e: A.Binary, a, b, ta: T.SqlType, tb: T.SqlType):
             q = q if (a >= 0) == (b >= 0) else -q
             r = q if op == "/" else a - b * q
         return _check_int(r, e) if kind == "BIGINT" else r
-    # temporal arithmetic
+    # temporal arithmetic: Python's dates end at year 9999 and its ints take
+    # no NaN; both give the named errors the vectorised masks give
+    try:
+        return _temporal(e, a, b, ta, tb)
+    except (ValueError, OverflowError):
+        where = f"in {e.to_sql()} (at line {e.pos.line}, column {e.pos.column})"
+        if kind in ("INTERVAL", "INTERVAL_YM") and op in ("*", "/"):
+            raise DataError(f"cannot convert a non-finite number to an interval {where}",
+                            code="bad_operation") from None
+        raise DataError(f"date out of range {where}", code="date_out_of_range") from None
+
+
+def _temporal(e: A.Binary, a, b, ta: T.SqlType, tb: T.SqlType):
+    """``a op b`` for DATE, TIMESTAMP and INTERVAL operands (none NULL)."""
+    op, kind = e.op, e.type.kind
     ka, kb = ta.kind, tb.kind
     if kind == "TIMESTAMP":
         if ka == "INTERVAL_YM" or kb == "INTERVAL_YM":

@@ -1027,8 +1027,17 @@ def measure_array(m, vals: list) -> pa.Array:
     try:
         return T.to_arrow_array(vals, t)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-        raise DataError(f"measure {m.name}: its values do not fit {t.sql_name()} ({exc})",
+        reason = _RANGES.get(t.kind, str(exc))
+        raise DataError(f"measure {m.name}: its values do not fit {t.sql_name()} ({reason})",
                         column=m.name, code="bad_measure_value") from None
+
+
+# What a 64-bit result holds, for the error of a value past it (Python's own
+# words are "int too large to convert to C long").
+_RANGES = {"BIGINT": "64-bit integers: -2**63 .. 2**63 - 1",
+           "INTERVAL": "64-bit nanoseconds: within about 292 years of zero",
+           "TIMESTAMP": "64 bits in the column's unit; in nanoseconds, the years 1677 .. 2262",
+           "INTERVAL_YM": "64-bit months"}
 
 
 # ------------------------------------------------------------ vectorised path

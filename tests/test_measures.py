@@ -13,6 +13,7 @@ import datetime as dt
 import math
 from decimal import Decimal
 import os
+import re
 import struct
 
 import numpy as np
@@ -948,3 +949,20 @@ def test_a_dictionary_of_numbers_partition_key_keeps_its_type(engine, rows):
         engine=engine)
     assert got.schema.field("k").type == keys.type
     assert got.column("k").to_pylist() == ([1, 2] if rows.startswith("ONE") else [1] * 3 + [2] * 3)
+
+
+@pytest.mark.parametrize("engine", ["reference", "cpu"])
+@pytest.mark.parametrize("measure, column, says", [
+    ("LAST(A.ts) + INTERVAL '300' YEAR", pa.array([1, 2], pa.timestamp("ns")),
+     "do not fit TIMESTAMP (64 bits in the column's unit; in nanoseconds, the years 1677"),
+    ("LAST(A.ts)", pa.array([1, 10**12], pa.duration("s")),
+     "do not fit INTERVAL DAY TO SECOND (64-bit nanoseconds: within about 292 years"),
+])
+def test_measure_past_64_bits_says_what_fits(engine, measure, column, says):
+    # the message was Python's own: "int too large to convert to C long"
+    import gpu_mr
+    t = pa.table({"id": [1, 2], "ts": column})
+    with pytest.raises(DataError, match=re.escape(says)) as ei:
+        gpu_mr.match_recognize(t, f"ORDER BY id MEASURES {measure} AS v ONE ROW PER MATCH "
+                                  "PATTERN (A+) DEFINE A AS true", engine=engine)
+    assert ei.value.column_name == "v"
