@@ -1872,6 +1872,11 @@ def _substr_constant(arr: pa.Array, start: int, length: Optional[int] = None) ->
     empty = pa.repeat(_ls(""), len(arr))
     if start == 0 or (length is not None and length < 0):
         return empty
+    # a position past every row's end acts as infinitely far; Arrow's slice
+    # breaks on starts near -2**62 ("Negative buffer resize")
+    far = (pc.max(pc.binary_length(arr)).as_py() or 0) + 1     # code points <= bytes
+    start = max(-far, min(far, start))
+    length = None if length is None else min(length, far)
     if start > 0:
         stop = None if length is None else start - 1 + length
         return pc.utf8_slice_codeunits(arr, start - 1, stop)
