@@ -423,6 +423,10 @@ def _round_function(x: Decimal, digits: int) -> Decimal:
     prec = max(28, max(x.adjusted(), 0) + max(digits, 0) + 2) if x.is_finite() else 28
     if prec > 100_000:          # far more digits than any value here has: nothing to round
         return x
+    if x.is_finite() and -digits > x.adjusted() + 1:
+        # below half the rounding unit: 0 (quantize's exponent would pass its
+        # limit for digits near -2**63)
+        return Decimal(0).copy_sign(x)
     context = Context(prec=prec, rounding=ROUND_HALF_UP, Emax=MAX_EMAX, Emin=MIN_EMIN)
     return x.quantize(Decimal(1).scaleb(-digits, context), context=context)
 
