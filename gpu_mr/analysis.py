@@ -71,6 +71,28 @@ class CheckedQuery:
     mode: Optional[str] = None                 # None (SQL:2016) | MAXIMAL | INCREMENTAL | ALL
     match_filter: Optional[A.Expr] = None      # boolean, on the complete match (ESL-TS)
 
+    def referenced_columns(self) -> set:
+        """The input columns that DEFINEs, MEASURES and the match filter name."""
+        names = set()
+        exprs = list(self.defines.values()) + [m.expr for m in self.measures]
+        if self.match_filter is not None:
+            exprs.append(self.match_filter)
+        for e in exprs:
+            for n in e.walk():
+                if isinstance(n, A.ColumnRef):
+                    names.add(n.resolved)
+        return names
+
+    def columns_read(self) -> set:
+        """Every input column the query reads or returns: the referenced
+        ones, the partition and order keys, the time limit's column and the
+        input columns in the output (all of them in ALL ROWS PER MATCH)."""
+        inputs = set(self.input_schema.names)
+        return (self.referenced_columns() | set(self.partition_columns)
+                | {name for name, _, _ in self.order_keys}
+                | ({self.time_column} if self.time_column else set())
+                | {f.name for f in self.output_schema if f.name in inputs})
+
     def var_rows(self, var: Optional[str]) -> Optional[frozenset]:
         """The primary variables a (possibly subset/universal) name covers;
         None means the universal variable."""

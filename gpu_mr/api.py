@@ -49,7 +49,11 @@ def match_recognize(table, clause: str, engine: str = "auto"):
         result = _run_cudf_on_device(table, clause, engine)
         if result is not None:
             return result
-    arrow, kind = frames.to_arrow(table)
+    pending: dict = {}
+    arrow, kind = frames.to_arrow(table, pending)
+    if pending:     # pandas floats and times: scanned for NaN/NaT where the query reads them
+        arrow = frames.finish_pending(arrow, pending,
+                                      checked_clause(clause, arrow.schema).columns_read())
     return frames.from_arrow(run_clause_on_arrow(arrow, clause, engine=engine), kind)
 
 

@@ -152,3 +152,51 @@ def test_a_failing_clause_fails_every_time():
         with pytest.raises(AnalysisError, match="nothing") as ei:
             gpu_mr.match_recognize(ticks(), bad)
         assert ei.value.line == 5
+
+
+PANDAS_CLAUSES = [
+    # ONE ROW reading x and t only: y, z and w are left out, never scanned
+    """PARTITION BY k ORDER BY i MEASURES COUNT(*) AS n, LAST(B.x) AS lx, MIN(B.t) AS mt
+       ONE ROW PER MATCH PATTERN (A B+) DEFINE B AS x < PREV(x) OR x IS NULL""",
+    # ALL ROWS returns every column: every one scanned
+    """PARTITION BY k ORDER BY i MEASURES COUNT(*) AS n
+       ALL ROWS PER MATCH WITH UNMATCHED ROWS PATTERN (A B+) DEFINE B AS x < PREV(x)""",
+    # a float partition key and a time order key with NaT
+    """PARTITION BY y ORDER BY t MEASURES SUM(w) AS sw, FIRST(x) AS fx
+       ONE ROW PER MATCH PATTERN (A B*) DEFINE B AS w > PREV(w)""",
+]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("clause", PANDAS_CLAUSES)
+def test_pandas_frames_give_what_their_arrow_conversion_gives(seed, clause, monkeypatch):
+    # a pandas frame's float and time columns are scanned for NaN and NaT only
+    # where the query reads them (frames.finish_pending); NaN is NULL either way
+    import numpy as np
+    from gpu_mr import frames
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+
+    def holes(values, what):
+        return np.where(rng.random(n) < 0.15, what, values)
+    df = pd.DataFrame({
+        "k": rng.choice(["a", "b"], n), "i": np.arange(n),
+        "x": holes(np.round(rng.normal(size=n), 1), np.nan),
+        "y": holes(rng.integers(0, 3, n).astype(float), np.nan),
+        "z": holes(rng.normal(size=n), np.nan).astype(np.float32),
+        "w": holes(rng.integers(0, 5, n).astype(float), np.nan),
+        "t": pd.Series(holes(rng.integers(0, 10**6, n).astype("datetime64[us]"),
+                             np.datetime64("NaT"))),
+    })
+    scanned = []
+    real = frames.least
+    monkeypatch.setattr(frames, "least", lambda v: scanned.append(len(v)) or real(v))
+    want = gpu_mr.match_recognize(pa.Table.from_pandas(df, preserve_index=False),
+                                  clause, engine="reference")
+    scanned.clear()
+    got = gpu_mr.match_recognize(df, clause, engine="cpu")
+    pd.testing.assert_frame_equal(got, gpu_mr.frames.from_arrow(want, "pandas"))
+    if "ALL ROWS" in clause:
+        assert len(scanned) == 5                     # x, y, z, w, t
+    elif "PARTITION BY k" in clause:
+        assert len(scanned) == 2                     # x and t

@@ -107,15 +107,7 @@ def find_matches_from(query: CheckedQuery, data: SortedInput, scan_from: int,
 
 
 def _referenced_columns(query: CheckedQuery) -> set:
-    names = set()
-    exprs = list(query.defines.values()) + [m.expr for m in query.measures]
-    if query.match_filter is not None:
-        exprs.append(query.match_filter)
-    for e in exprs:
-        for n in e.walk():
-            if isinstance(n, A.ColumnRef):
-                names.add(n.resolved)
-    return names
+    return query.referenced_columns()
 
 
 class _PartitionMatcher:
