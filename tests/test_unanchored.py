@@ -130,6 +130,30 @@ def test_state_cap_raises_and_is_remembered():
         u.explore([1])                              # at once, without exploring again
 
 
+def test_work_cap_raises_names_itself_and_is_remembered(monkeypatch):
+    # PERMUTE(A, B, C, D, E, F)'s unanchored DFA took 60 million closure
+    # steps (8.7 s) to build; past MAX_CLOSURE_WORK the anchored scan serves
+    from gpu_mr.pattern import dfa
+    u = UnanchoredDfa(program_of("PERMUTE(A, B, C)"))
+    u.dense_tables([1, 2, 4])
+    assert 0 < u.work[0] < 1_000
+    monkeypatch.setattr(dfa, "MAX_CLOSURE_WORK", 100)
+    u = UnanchoredDfa(program_of("PERMUTE(A, B, C)"))
+    with pytest.raises(DfaTooLarge, match="more than 100 NFA steps"):
+        u.dense_tables([1, 2, 4])
+    with pytest.raises(DfaTooLarge):
+        u.explore([1])                              # at once, without exploring again
+
+
+def test_work_capped_unanchored_dfa_falls_back_to_the_anchored_scan(monkeypatch):
+    from gpu_mr.pattern import dfa
+    monkeypatch.setattr(dfa, "MAX_CLOSURE_WORK", 50)
+    engine, got, want = _run_cpu(v_shape_table(500), V_SHAPE.format(rows="",
+                                                                     skip="PAST LAST ROW"))
+    assert got == want
+    assert engine.last_run.path == "dfa" and "cap" in engine.last_run.scan
+
+
 def _run_cpu(table, clause):
     query = analyze(parse_clause(clause), table.schema)
     data = sort_for_matching(table, query.partition_columns, query.order_keys)
