@@ -399,8 +399,8 @@ class UnanchoredDfa:
         hit = self.end_threads.get(sid)
         if hit is None:
             carried, at_start, _ = self.states[sid]
-            threads = [t for s, t in closure(self.program, carried, at_start, 0, at_end=True)
-                       if self.program.insts[s].op == MATCH]
+            reached = closure(self.program, carried, at_start, 0, True, self.work)
+            threads = [t for s, t in reached if self.program.insts[s].op == MATCH]
             hit = self.end_threads[sid] = threads[0] if threads else -1
         return hit
 
