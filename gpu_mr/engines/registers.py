@@ -596,7 +596,14 @@ def _python_kernel(source: str):
     for name in K.QUERY_FUNCTIONS:
         f = getattr(K, name)
         g[name] = types.FunctionType(f.__code__, g, name, f.__defaults__)
-    return g["run_partitions"]
+    run = g["run_partitions"]
+
+    def run_quietly(*args):
+        # numpy scalars warn where IEEE arithmetic gives inf or NaN (inf + -inf);
+        # the compiled kernel gives the same values without a word
+        with np.errstate(all="ignore"):
+            return run(*args)
+    return run_quietly
 
 
 def _jit_kernel(source: str):
