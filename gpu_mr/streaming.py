@@ -106,17 +106,48 @@ def run_stream(query: CheckedQuery, engine, tables) -> Iterator[pa.Table]:
     the tables' schema and an engine already chosen (Spark tasks use it)."""
     runner = _StreamRunner(query, engine)
     schema = None
-    for table in tables:
+    for number, table in enumerate(tables, 1):
         if schema is None:
             schema = table.schema
         elif table.schema != schema:
             conformed = _conform(table, schema)
             if conformed is None:
-                raise DataError("every batch must have the schema of the first: "
-                                f"{table.schema} differs from {schema}", code="bad_batch")
+                raise DataError(f"every batch must have the schema of the first; batch "
+                                f"{number} (counting those with rows) "
+                                f"{_schema_difference(table.schema, schema)}",
+                                column=_first_differing_column(table.schema, schema),
+                                code="bad_batch")
             table = conformed
         yield from runner.feed(table)
     yield from runner.finish()
+
+
+def _schema_difference(got: pa.Schema, first: pa.Schema) -> str:
+    """What differs, in words: the columns missing, added, moved or of
+    another type (a pandas chunk with a NaN makes an integer column float)."""
+    missing = [n for n in first.names if n not in got.names]
+    added = [n for n in got.names if n not in first.names]
+    parts = []
+    if missing:
+        parts.append("lacks " + ", ".join(map(repr, missing)))
+    if added:
+        parts.append("adds " + ", ".join(map(repr, added)))
+    for f in got:
+        if f.name in first.names and first.field(f.name).type != f.type:
+            parts.append(f"has {f.name!r} as {f.type}, the first batch as "
+                         f"{first.field(f.name).type}")
+    if not parts:
+        parts.append(f"has the columns in another order ({', '.join(got.names)}; the first "
+                     f"batch: {', '.join(first.names)})")
+    return "; ".join(parts)
+
+
+def _first_differing_column(got: pa.Schema, first: pa.Schema) -> Optional[str]:
+    for name in first.names:
+        if name not in got.names or got.field(name).type != first.field(name).type:
+            return name
+    added = [n for n in got.names if n not in first.names]
+    return added[0] if added else None
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> Optional[pa.Table]:

@@ -323,8 +323,26 @@ def test_batches_of_other_string_layouts_are_read_as_the_first_batchs():
     # other differences stay errors
     narrow = t.slice(0, 4).cast(pa.schema([("k", pa.string()), ("ts", pa.int32()),
                                            ("price", pa.float64())]))
-    with pytest.raises(DataError, match="schema of the first"):
+    with pytest.raises(DataError, match="schema of the first") as ei:
         list(gpu_mr.match_recognize_batches([narrow, t.slice(4)], clause, engine="cpu"))
+    assert "batch 2 (counting those with rows) has 'ts' as int64, the first batch as int32" \
+        in str(ei.value) and ei.value.column_name == "ts"
+    # a pandas chunk with a NaN holds an integer column as floats; the
+    # message names the column, the batch and what else differs
+    first = t.slice(0, 2).to_pandas().assign(v=[1, 2])
+    second = t.slice(2, 2).to_pandas().assign(v=[1, 2])
+    nan = t.slice(4, 3).to_pandas().assign(v=[1.0, None, 3.0])
+    moved = t.slice(4, 3).to_pandas().assign(v=[1, 2, 3])[["ts", "k", "price", "v"]]
+    for later, says, column in [
+            (nan, "batch 3 (counting those with rows) has 'v' as double, the first batch "
+                  "as int64", "v"),
+            (moved.drop(columns="v"), "batch 3 (counting those with rows) lacks 'v'", "v"),
+            (moved, "has the columns in another order (ts, k, price, v; the first batch: "
+                    "k, ts, price, v)", None)]:
+        with pytest.raises(DataError) as ei:
+            list(gpu_mr.match_recognize_batches([first, first.iloc[:0], second, later],
+                                                clause, engine="cpu"))
+        assert says in str(ei.value) and ei.value.column_name == column
 
 
 @pytest.mark.parametrize("pattern, define", [
