@@ -116,6 +116,28 @@ class Parser:
             return self.advance()
         return None
 
+    def accept_list_comma(self, clause: str) -> bool:
+        """The ',' between the items of a clause's list. A ',' that ends the
+        list (the next clause or the end right after it) is named there:
+        parsed as the start of another item, ``MEASURES x AS y, PATTERN
+        (A B+)`` said "expected ')' to close PATTERN, found 'B'"."""
+        comma = self.accept_op(",")
+        if comma is None:
+            return False
+        nxt, after = self.tok, self.peek()
+        ends = nxt.kind == EOF or (nxt.kind == IDENT and (
+            (nxt.is_keyword("PATTERN") and after.is_op("("))
+            or (nxt.is_keyword("ONE") and after.is_keyword("ROW"))
+            or (nxt.is_keyword("ALL") and after.is_keyword("ROWS"))
+            or (nxt.is_keyword("AFTER") and after.is_keyword("MATCH"))
+            or (nxt.is_keyword("PARTITION", "ORDER") and after.is_keyword("BY"))
+            or nxt.is_keyword("MEASURES")))
+        if ends:
+            found = "the end of input" if nxt.kind == EOF else nxt.text.upper()
+            raise SqlSyntaxError(f"a ',' ends the {clause} list before {found}; remove it",
+                                 code="trailing_comma", line=comma.line, column=comma.column)
+        return True
+
     def expect_op(self, op: str, context: str = "") -> Token:
         if not self.tok.is_op(op):
             self.fail(repr(op) + (f" {context}" if context else ""))
@@ -234,16 +256,16 @@ class Parser:
         if self.accept_keyword("PARTITION"):
             self.expect_keyword("BY", "after PARTITION")
             partition_by.append(self._parse_column_ref("PARTITION BY"))
-            while self.accept_op(","):
+            while self.accept_list_comma("PARTITION BY"):
                 partition_by.append(self._parse_column_ref("PARTITION BY"))
         if self.accept_keyword("ORDER"):
             self.expect_keyword("BY", "after ORDER")
             order_by.append(self._parse_sort_key())
-            while self.accept_op(","):
+            while self.accept_list_comma("ORDER BY"):
                 order_by.append(self._parse_sort_key())
         if self.accept_keyword("MEASURES"):
             measures.append(self._parse_measure())
-            while self.accept_op(","):
+            while self.accept_list_comma("MEASURES"):
                 measures.append(self._parse_measure())
         return partition_by, order_by, measures
 
