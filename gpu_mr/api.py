@@ -224,7 +224,8 @@ def compile(clause: str, schema: Optional[pa.Schema] = None) -> CompiledQuery:
     if span is not None:
         start, end = span
     if schema is not None and not isinstance(schema, pa.Schema):
-        schema = frames.to_arrow(schema)[0].schema
+        # a frame's schema only: its floats need no scan for NaN (pending, dropped)
+        schema = frames.to_arrow(schema, {})[0].schema
     elif schema is not None:
         schema = frames.plain_schema(schema)      # views read as the offset layouts
     parsed = parse_clause(text, start, end)

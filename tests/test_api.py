@@ -56,6 +56,9 @@ def test_compile_explain_mentions_engine_and_masks():
     assert "unanchored" in text                      # SKIP PAST LAST ROW: one step per row
     typed = gpu_mr.compile(CLAUSE, pa.Schema.from_pandas(ticks(), preserve_index=False)).explain()
     assert "in one compiled pass over the rows" in typed
+    # the frame itself gives the same schema (its floats are not scanned for NaN)
+    assert gpu_mr.compile(CLAUSE, ticks()).query.input_schema == pa.Schema.from_pandas(
+        ticks(), preserve_index=False).remove_metadata()
     assert "a search from each candidate start row" in gpu_mr.compile(
         CLAUSE.replace("PATTERN", "AFTER MATCH SKIP TO NEXT ROW PATTERN")).explain()
     stateful = CLAUSE.replace("DEFINE ", "DEFINE A AS COUNT(A.*) < 3, ")
