@@ -203,3 +203,19 @@ def test_pandas_frames_give_what_their_arrow_conversion_gives(seed, clause, monk
         assert len(scanned) == 5                     # x, y, z, w, t
     elif "PARTITION BY k" in clause:
         assert len(scanned) == 2                     # x and t
+
+
+def test_decimals_past_38_digits_are_named_not_raised_from_inside():
+    # decimal256(40, 2) reached pa.decimal128(40, 2) for the measure's type:
+    # "ValueError: precision should be between 1 and 38"
+    from decimal import Decimal
+    values = [Decimal("1.50"), Decimal("0.50"), Decimal("2.50")]
+    wide = pa.table({"ts": [1, 2, 3], "x": pa.array(values, pa.decimal256(40, 2))})
+    clause = ("ORDER BY ts MEASURES LAST(B.x) AS lx ONE ROW PER MATCH PATTERN (A B) "
+              "DEFINE B AS x < PREV(x)")
+    for engine in ("reference", "cpu"):
+        with pytest.raises(AnalysisError, match=r"column x has type decimal256\(40, 2\)"):
+            gpu_mr.match_recognize(wide, clause, engine=engine)
+    narrow = wide.set_column(1, "x", pa.array(values, pa.decimal256(20, 2)))
+    assert gpu_mr.match_recognize(narrow, clause, engine="cpu").to_pylist() == [
+        {"lx": Decimal("0.50")}]

@@ -91,7 +91,8 @@ def from_arrow_type(t: pa.DataType) -> Optional[SqlType]:
     if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
         return VARCHAR
     if pa.types.is_decimal(t):
-        return decimal_type(t.precision, t.scale)
+        # DECIMAL holds 38 digits (decimal128); a wider decimal256 is not usable
+        return decimal_type(t.precision, t.scale) if t.precision <= 38 else None
     if pa.types.is_date(t):
         return DATE
     if pa.types.is_timestamp(t):
