@@ -83,14 +83,18 @@ class CheckedQuery:
                     names.add(n.resolved)
         return names
 
+    def matching_columns(self) -> set:
+        """The columns the matcher reads at each row: the referenced ones
+        and the time limit's column."""
+        return self.referenced_columns() | ({self.time_column} if self.time_column else set())
+
     def columns_read(self) -> set:
-        """Every input column the query reads or returns: the referenced
-        ones, the partition and order keys, the time limit's column and the
-        input columns in the output (all of them in ALL ROWS PER MATCH)."""
+        """Every input column the query reads or returns: the matching
+        ones, the partition and order keys and the input columns in the
+        output (all of them in ALL ROWS PER MATCH)."""
         inputs = set(self.input_schema.names)
-        return (self.referenced_columns() | set(self.partition_columns)
+        return (self.matching_columns() | set(self.partition_columns)
                 | {name for name, _, _ in self.order_keys}
-                | ({self.time_column} if self.time_column else set())
                 | {f.name for f in self.output_schema if f.name in inputs})
 
     def var_rows(self, var: Optional[str]) -> Optional[frozenset]:

@@ -49,7 +49,7 @@ def match_recognize(table, clause: str, engine: str = "auto"):
         result = _run_cudf_on_device(table, clause, engine)
         if result is not None:
             return result
-    pending: dict = {}
+    pending: set = set()
     arrow, kind = frames.to_arrow(table, pending)
     if pending:     # pandas floats and times: scanned for NaN/NaT where the query reads them
         arrow = frames.finish_pending(arrow, pending,
@@ -225,7 +225,7 @@ def compile(clause: str, schema: Optional[pa.Schema] = None) -> CompiledQuery:
         start, end = span
     if schema is not None and not isinstance(schema, pa.Schema):
         # a frame's schema only: its floats need no scan for NaN (pending, dropped)
-        schema = frames.to_arrow(schema, {})[0].schema
+        schema = frames.to_arrow(schema, set())[0].schema
     elif schema is not None:
         schema = frames.plain_schema(schema)      # views read as the offset layouts
     parsed = parse_clause(text, start, end)

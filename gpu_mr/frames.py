@@ -63,7 +63,7 @@ def _is_cudf(obj: object) -> bool:
 _ACCEPTED = "pyarrow.Table, pyarrow.RecordBatch, pandas.DataFrame or cudf.DataFrame"
 
 
-def to_arrow(table: object, pending: Optional[dict] = None) -> tuple[pa.Table, str]:
+def to_arrow(table: object, pending: Optional[set] = None) -> tuple[pa.Table, str]:
     """Convert an input table to a pyarrow Table and name its kind.
 
     Parameters
@@ -73,11 +73,11 @@ def to_arrow(table: object, pending: Optional[dict] = None) -> tuple[pa.Table, s
         pandas schema metadata is dropped as well, so results never depend on
         it. Chunked Arrow columns are kept as they are.
 
-    pending : dict, optional
+    pending : set, optional
         For a pandas DataFrame: its numpy float and time columns are not yet
-        scanned for NaN and NaT (NULL), their series put in ``pending`` by
-        name; :func:`finish_pending` scans those a query reads and drops
-        the others. Why: the scan is a pass over the column (1.3-2 ms for
+        scanned for NaN and NaT (NULL), their names added to ``pending``;
+        :func:`finish_pending` scans those a query reads and drops the
+        others. Why: the scan is a pass over the column (1.3-2 ms for
         1e7 doubles), and a frame of prices, volumes and bars holds many
         such columns that a ONE ROW PER MATCH query never reads.
 
@@ -220,7 +220,7 @@ def _check_unique_names(names: Sequence[str]) -> None:
             column=dups[0], code="duplicate_column")
 
 
-def _pandas_to_arrow(df, pending: Optional[dict] = None) -> pa.Table:
+def _pandas_to_arrow(df, pending: Optional[set] = None) -> pa.Table:
     names = list(df.columns)
     bad = [n for n in names if not isinstance(n, str)]
     if bad:
@@ -242,7 +242,7 @@ def _pandas_to_arrow(df, pending: Optional[dict] = None) -> pa.Table:
             series = df.iloc[:, i]
             arr = _numpy_column(series, scan=pending is None)
             if arr is not None and pending is not None:
-                pending[names[i]] = series
+                pending.add(names[i])
             columns.append(arr if arr is not None else pa.array(series, from_pandas=True))
         return pa.table(columns, names=names)
     except (pa.ArrowException, ValueError, TypeError) as exc:
@@ -266,12 +266,10 @@ def _numpy_column(series, scan: bool = True) -> Optional[pa.Array]:
     """A pandas column of numpy floats (32 or 64 bits), datetime64 or
     timedelta64 (s, ms, us, ns) as an Arrow array over the column's own
     values buffer, NaN and NaT as NULL (what ``pa.Table.from_pandas``
-    gives; without ``scan``, not looked for: no NULLs); None for every
-    other column. Why: ``from_pandas`` copies such a
-    column and scans it for NaN on one thread, 15 ms for 1e7 floats, most
-    of a pandas input's conversion; here a column without NaN costs one
-    ``min`` pass (which NaN, and NaT as int64's minimum, propagate to) and a
-    validity bitmap is built only when one is found."""
+    gives; without ``scan`` not yet looked for, see :func:`_scanned`); None
+    for every other column. Why: ``from_pandas`` copies such a column and
+    scans it for NaN on one thread, 15 ms for 1e7 floats, most of a pandas
+    input's conversion."""
     dtype = series.dtype
     if not isinstance(dtype, np.dtype) or not (
             (dtype.kind == "f" and dtype.itemsize in (4, 8))
@@ -281,29 +279,40 @@ def _numpy_column(series, scan: bool = True) -> Optional[pa.Array]:
     if values.ndim != 1 or values.dtype != dtype:
         return None
     values = np.ascontiguousarray(values)
-    n = values.shape[0]
-    arrow_type = pa.from_numpy_dtype(dtype)
-    buffers = [None, pa.py_buffer(values)]
-    if n and scan:
-        if dtype.kind == "f":
-            missing = np.isnan(values) if np.isnan(least(values)) else None
-        else:
-            ints = values.view(np.int64)
-            missing = ints == _NAT if least(ints) == _NAT else None
-        if missing is not None:
-            buffers[0] = pa.py_buffer(np.packbits(~missing, bitorder="little"))
-            return pa.Array.from_buffers(arrow_type, n, buffers,
-                                         null_count=int(np.count_nonzero(missing)))
-    return pa.Array.from_buffers(arrow_type, n, buffers, null_count=0)
+    arr = pa.Array.from_buffers(pa.from_numpy_dtype(dtype), values.shape[0],
+                                [None, pa.py_buffer(values)], null_count=0)
+    return _scanned(arr) if scan else arr
 
 
-def finish_pending(table: pa.Table, pending: dict, needed) -> pa.Table:
+def _scanned(arr: pa.Array) -> pa.Array:
+    """``arr`` from :func:`_numpy_column` (no NULLs yet) with its NaN or NaT
+    as NULL: one ``min`` pass on all cores (NaN, and NaT as int64's minimum,
+    propagate to it), a validity bitmap built only when one is found."""
+    n = len(arr)
+    if not n:
+        return arr
+    if pa.types.is_floating(arr.type):
+        values = np.frombuffer(arr.buffers()[1], np.dtype(arr.type.to_pandas_dtype()), n)
+        missing = np.isnan(values) if np.isnan(least(values)) else None
+    else:
+        ints = np.frombuffer(arr.buffers()[1], np.int64, n)
+        missing = ints == _NAT if least(ints) == _NAT else None
+    if missing is None:
+        return arr
+    return pa.Array.from_buffers(arr.type, n, [pa.py_buffer(np.packbits(~missing,
+                                                                        bitorder="little")),
+                                               arr.buffers()[1]],
+                                 null_count=int(np.count_nonzero(missing)))
+
+
+def finish_pending(table: pa.Table, pending: set, needed) -> pa.Table:
     """``table`` from :func:`to_arrow` with ``pending``: the pending columns
-    in ``needed`` scanned for NaN and NaT (NULL), the other pending columns
-    left out (nothing reads them); every other column kept as it is.
+    in ``needed`` scanned for NaN and NaT (NULL) over the buffers already
+    made, the other pending columns left out (nothing reads them); every
+    other column kept as it is.
 
     >>> import pandas as pd
-    >>> pending = {}
+    >>> pending = set()
     >>> t, _ = to_arrow(pd.DataFrame({"k": ["a"], "x": [float("nan")], "y": [1.0]}), pending)
     >>> sorted(pending), t.column("x").null_count
     (['x', 'y'], 0)
@@ -312,7 +321,7 @@ def finish_pending(table: pa.Table, pending: dict, needed) -> pa.Table:
     (['k', 'x'], 1)
     """
     names = [n for n in table.column_names if n not in pending or n in needed]
-    return pa.table([_numpy_column(pending[n]) if n in pending else table.column(n)
+    return pa.table([_scanned(table.column(n).chunk(0)) if n in pending else table.column(n)
                      for n in names], names=names)
 
 

@@ -119,7 +119,6 @@ def _is_prev(e: A.Expr, var: str, column: str) -> bool:
     return one and _is_current(e.arg, var, column)
 
 
-
 def as_navigation(query, e: A.Expr) -> Optional[A.Navigation]:
     """``MIN(X.c)`` / ``MAX(X.c)`` as the ``FIRST(X.c)`` or ``LAST(X.c)`` it
     equals (RUNNING or FINAL alike, as written), where :func:`extreme_at`

@@ -75,7 +75,7 @@ class ReferenceEngine:
 
     def find_matches(self, query: CheckedQuery, data: SortedInput) -> list:
         program = compile_nfa(query.pattern, query.primary_vars)
-        needed = _referenced_columns(query) | ({query.time_column} if query.time_column else set())
+        needed = query.matching_columns()
         columns = {name: T.arrow_values(data.table.column(name), t)
                    for name, t in query.column_types.items() if name in needed}
         interp = Interpreter(query, columns)
@@ -95,7 +95,7 @@ def find_matches_from(query: CheckedQuery, data: SortedInput, scan_from: int,
     as far as they go), ``rows_before`` of its rows came before them (for
     row numbers in messages). For a stream that resumes a partition mid-way."""
     program = compile_nfa(query.pattern, query.primary_vars)
-    needed = _referenced_columns(query) | ({query.time_column} if query.time_column else set())
+    needed = query.matching_columns()
     columns = {name: T.arrow_values(data.table.column(name), t)
                for name, t in query.column_types.items() if name in needed}
     lo, hi = int(data.partition_offsets[0]), int(data.partition_offsets[1])
@@ -104,10 +104,6 @@ def find_matches_from(query: CheckedQuery, data: SortedInput, scan_from: int,
         matcher.part_start = -1
     matcher.row_origin = lo - rows_before
     return matcher.run_from(scan_from, number_base)
-
-
-def _referenced_columns(query: CheckedQuery) -> set:
-    return query.referenced_columns()
 
 
 class _PartitionMatcher:

@@ -2048,9 +2048,9 @@ def _concat(chunks: list) -> MatchArrays:
 
 def _reference(query: CheckedQuery, data: SortedInput, parts) -> list:
     """The reference engine's matches (or error) for some partitions."""
-    from .reference import _PartitionMatcher, _referenced_columns
+    from .reference import _PartitionMatcher
     program = compile_nfa(query.pattern, query.primary_vars)
-    needed = _referenced_columns(query) | ({query.time_column} if query.time_column else set())
+    needed = query.matching_columns()
     columns = {name: T.arrow_values(data.table.column(name), t)
                for name, t in query.column_types.items() if name in needed}
     interp = Interpreter(query, columns)

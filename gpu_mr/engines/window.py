@@ -26,7 +26,7 @@ from ..interpreter import Interpreter, MatchView
 from ..pattern.nfa import compile_nfa
 from ..syntax import types as T
 from .base import Match
-from .reference import _PartitionMatcher, _referenced_columns
+from .reference import _PartitionMatcher
 
 
 def run_window_pattern(query: CheckedQuery, data: SortedInput, frame_end: Optional[int],
@@ -36,7 +36,7 @@ def run_window_pattern(query: CheckedQuery, data: SortedInput, frame_end: Option
     Measures named in ``frame_aggregates`` are window aggregates: on a row
     without a match they run over an empty frame (COUNT 0) instead of NULL."""
     program = compile_nfa(query.pattern, query.primary_vars)
-    needed = _referenced_columns(query) | ({query.time_column} if query.time_column else set())
+    needed = query.matching_columns()
     columns = {name: T.arrow_values(data.table.column(name), t)
                for name, t in query.column_types.items() if name in needed}
     interp = Interpreter(query, columns)
